@@ -1,0 +1,25 @@
+"""keras_birnn: bidirectional recurrent layers for Keras 3 (TensorFlow backend)."""
+
+import keras as _keras
+
+if _keras.backend.backend() != "tensorflow":
+    raise ImportError(
+        "keras_birnn runs on the TensorFlow backend of Keras 3; KERAS_BACKEND is "
+        f"{_keras.backend.backend()!r}. Set KERAS_BACKEND=tensorflow before importing keras."
+    )
+
+from keras_birnn.bidirectional import Bidirectional, DirectionalProjection
+from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
+from keras_birnn.recurrent import Recurrent
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bidirectional",
+    "DirectionalProjection",
+    "GRUCell",
+    "LSTMCell",
+    "RecurrentCell",
+    "Recurrent",
+    "SimpleRNNCell",
+]

@@ -1,0 +1,287 @@
+"""kb.Bidirectional: two independent recurrences that meet at the output."""
+
+from typing import Optional
+
+import keras
+import tensorflow as tf
+from keras import activations
+
+from keras_birnn import recurrence
+from keras_birnn.api_export import keras_birnn_export
+from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.masking import validate_mask
+from keras_birnn.recurrent import (
+    Recurrent,
+    check_sequence_input,
+    parse_initial_state,
+    zero_empty_rows,
+)
+
+MERGE_MODES = ("concat", "sum", "mul", "ave", None, "projection")
+
+WHOLE_SEQUENCE_NEEDED = (
+    "A bidirectional layer cannot {what}: its backward pass starts at the last element, "
+    "so it needs the whole sequence before it can produce any output. Streaming, "
+    "real-time and autoregressive use need a unidirectional kb.Recurrent instead."
+)
+
+_ELEMENTWISE = {
+    "concat": lambda f, b: tf.concat([f, b], axis=-1),
+    "sum": lambda f, b: f + b,
+    "mul": lambda f, b: f * b,
+    "ave": lambda f, b: (f + b) / 2,
+}
+
+
+@keras_birnn_export("keras_birnn.DirectionalProjection")
+class DirectionalProjection(keras.layers.Layer):
+    """y = activation(h_f V_f + h_b V_b + c), seeds 001 and 002.
+
+    Args:
+        units: Number of outputs P.
+        activation: Applied to the sum (e.g. `"softmax"` for a tagger).
+    """
+
+    def __init__(self, units: int, activation=None, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.activation = activations.get(activation)
+
+    def build(self, forward_shape, backward_shape):
+        self.forward_kernel = self.add_weight(
+            shape=(forward_shape[-1], self.units), name="forward_kernel", initializer="glorot_uniform"
+        )
+        self.backward_kernel = self.add_weight(
+            shape=(backward_shape[-1], self.units), name="backward_kernel", initializer="glorot_uniform"
+        )
+        self.bias = self.add_weight(shape=(self.units,), name="bias", initializer="zeros")
+
+    def call(self, forward, backward):
+        return self.activation(self.contributions(forward, backward, with_bias=True))
+
+    def contributions(self, forward, backward, with_bias=False):
+        """V_f h_f + V_b h_b (+ c): the pre-activation the directions share."""
+        total = keras.ops.matmul(forward, self.forward_kernel) + keras.ops.matmul(
+            backward, self.backward_kernel
+        )
+        return total + self.bias if with_bias else total
+
+    def compute_output_shape(self, forward_shape, backward_shape):
+        return tuple(forward_shape[:-1]) + (self.units,)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"units": self.units, "activation": activations.serialize(self.activation)})
+        return config
+
+
+def _check_merge(merge_mode, projection_units) -> None:
+    if merge_mode not in MERGE_MODES:
+        raise ValueError(f"`merge_mode` must be one of {MERGE_MODES}, received {merge_mode!r}.")
+    if merge_mode == "projection":
+        if isinstance(projection_units, bool) or not isinstance(projection_units, int) or projection_units <= 0:
+            raise ValueError(
+                '`merge_mode="projection"` needs a positive integer `projection_units`, '
+                f"received {projection_units!r}."
+            )
+    elif projection_units is not None:
+        raise ValueError(
+            f'`projection_units` is only used with merge_mode="projection", received '
+            f"projection_units={projection_units!r} with merge_mode={merge_mode!r}."
+        )
+
+
+def _as_recurrent(layer, reverse: bool, initial_state, role: str) -> Recurrent:
+    if isinstance(layer, dict):
+        layer = keras.saving.deserialize_keras_object(layer)
+    if isinstance(layer, RecurrentCell):
+        return Recurrent(layer, reverse=reverse, initial_state=initial_state, name=f"{role}_{layer.name}")
+    if not isinstance(layer, Recurrent):
+        raise TypeError(
+            f"`{'layer' if role == 'forward' else 'backward_layer'}` must be a keras_birnn cell "
+            f"(e.g. kb.GRUCell(64)) or a kb.Recurrent, received {layer!r}."
+        )
+    if layer.reverse != reverse:
+        raise ValueError(
+            f"The {role} layer must have reverse={reverse}, received a kb.Recurrent with "
+            f"reverse={layer.reverse}."
+        )
+    return layer
+
+
+@keras_birnn_export("keras_birnn.Bidirectional")
+class Bidirectional(keras.layers.Layer):
+    """Two independent recurrences over the same sequence, merged per position.
+
+    The forward direction reads left to right, the backward one right to
+    left with its own weights; both skip each row's padding, so every valid
+    position gets exactly what the unpadded sequence gives. Both run in one
+    loop. The wrapper's `return_sequences` / `return_state` govern (those of
+    a passed `kb.Recurrent` are ignored).
+
+    Args:
+        layer: A cell, or a `kb.Recurrent` with `reverse=False`.
+        merge_mode: `"concat"`, `"sum"`, `"mul"`, `"ave"`, `None` (return
+            both outputs) or `"projection"`: y_t = V_f h_f,t + V_b h_b,t + c.
+        backward_layer: Optional cell or `kb.Recurrent(reverse=True)`;
+            default: an independent copy of the forward one (fresh weights).
+        projection_units: Output size of the `"projection"` merge.
+        projection_activation: Activation of the projection (e.g. softmax).
+        return_sequences: Return every position instead of the sentence
+            pair (forward state after the last valid step, backward state
+            after the first).
+        return_state: Also return the forward then the backward final states.
+        initial_state: Boundary states for directions built from a cell:
+            `"zeros"`, a float constant or `"learned"`.
+
+    Call arguments:
+        inputs: float `[batch, time, features]`.
+        mask: optional bool `[batch, time]`.
+        initial_state: optional list, forward states then backward states.
+        training: whether dropout is active.
+
+    Example:
+
+    >>> bi = kb.Bidirectional(kb.GRUCell(64), return_sequences=True)
+    >>> bi(np.zeros((2, 7, 32), "float32")).shape
+    TensorShape([2, 7, 128])
+    """
+
+    def __init__(
+        self,
+        layer,
+        merge_mode: Optional[str] = "concat",
+        backward_layer=None,
+        projection_units: Optional[int] = None,
+        projection_activation=None,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        initial_state="zeros",
+        **kwargs,
+    ):
+        if kwargs.pop("stateful", False):
+            raise ValueError(WHOLE_SEQUENCE_NEEDED.format(what="be stateful"))
+        super().__init__(**kwargs)
+        _check_merge(merge_mode, projection_units)
+        self.merge_mode = merge_mode
+        self.initial_state = parse_initial_state(initial_state)
+        self.forward = _as_recurrent(layer, False, self.initial_state, "forward")
+        if backward_layer is None:
+            config = self.forward.get_config()
+            config.update(reverse=True, name="backward_" + self.forward.name.removeprefix("forward_"))
+            backward_layer = Recurrent.from_config(config)
+        self.backward = _as_recurrent(backward_layer, True, self.initial_state, "backward")
+        self.return_sequences = bool(return_sequences)
+        self.return_state = bool(return_state)
+        self.projection_units = projection_units
+        self.projection = None
+        if merge_mode == "projection":
+            self.projection = DirectionalProjection(
+                projection_units, projection_activation, name="projection"
+            )
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        self.forward.build(input_shape)
+        self.backward.build(input_shape)
+        if self.projection is not None:
+            self.projection.build((None, self.forward.cell.units), (None, self.backward.cell.units))
+        self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: self.forward.cell.input_dim})
+
+    def call(self, inputs, mask=None, initial_state=None, training=None):
+        inputs = check_sequence_input(inputs, self.name)
+        mask = validate_mask(mask, inputs)
+        forward_init, backward_init = self._split_initial_state(initial_state)
+        forward, backward = recurrence.run(
+            [
+                self.forward.direction(inputs, mask, forward_init, training),
+                self.backward.direction(inputs, mask, backward_init, training),
+            ],
+            mask,
+            self.return_sequences,
+        )
+        if self.return_sequences:
+            merged = self.merge(forward.outputs, backward.outputs, mask)
+        else:
+            merged = self.merge(forward.final_states[0], backward.final_states[0], None)
+            merged = keras.tree.map_structure(lambda y: zero_empty_rows(y, mask), merged)
+        if not self.return_state:
+            return merged
+        outputs = list(merged) if self.merge_mode is None else [merged]
+        return outputs + forward.final_states + backward.final_states
+
+    def merge(self, forward, backward, mask=None):
+        """The one place where the two directions meet.
+
+        `mask` (for per-position outputs) zeros padded positions, which only
+        the projection's bias could make non-zero.
+        """
+        if self.merge_mode is None:
+            return [forward, backward]
+        if self.merge_mode != "projection":
+            return _ELEMENTWISE[self.merge_mode](forward, backward)
+        merged = self.projection(forward, backward)
+        if mask is not None:
+            merged = tf.where(mask[..., None], merged, tf.zeros_like(merged))
+        return merged
+
+    def _split_initial_state(self, initial_state):
+        if initial_state is None:
+            return None, None
+        states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
+        forward_count = self.forward.cell.state_count
+        expected = forward_count + self.backward.cell.state_count
+        if len(states) != expected:
+            raise ValueError(
+                f"`initial_state` must be a list of {expected} tensors (forward states, then "
+                f"backward states), received {len(states)}."
+            )
+        return states[:forward_count], states[forward_count:]
+
+    def step(self, *args, **kwargs):
+        """Refused: a bidirectional layer cannot stream."""
+        raise ValueError(WHOLE_SEQUENCE_NEEDED.format(what="run step by step"))
+
+    def reset_states(self, *args, **kwargs):
+        raise ValueError(WHOLE_SEQUENCE_NEEDED.format(what="be stateful"))
+
+    def compute_mask(self, inputs, mask=None):
+        output_mask = mask if self.return_sequences else None
+        output_masks = [output_mask, output_mask] if self.merge_mode is None else [output_mask]
+        if not self.return_state:
+            return output_masks if self.merge_mode is None else output_mask
+        states = self.forward.cell.state_count + self.backward.cell.state_count
+        return output_masks + [None] * states
+
+    def compute_output_shape(self, input_shape):
+        batch, time = input_shape[0], input_shape[1]
+        f_units, b_units = self.forward.cell.units, self.backward.cell.units
+        width = {
+            "concat": f_units + b_units,
+            "projection": self.projection_units,
+        }.get(self.merge_mode, f_units)
+        lead = (batch, time) if self.return_sequences else (batch,)
+        outputs = [lead + (f_units,), lead + (b_units,)] if self.merge_mode is None else [lead + (width,)]
+        if self.return_state:
+            outputs += [(batch, f_units)] * self.forward.cell.state_count
+            outputs += [(batch, b_units)] * self.backward.cell.state_count
+            return outputs
+        return outputs if self.merge_mode is None else outputs[0]
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            {
+                "layer": keras.saving.serialize_keras_object(self.forward),
+                "backward_layer": keras.saving.serialize_keras_object(self.backward),
+                "merge_mode": self.merge_mode,
+                "projection_units": self.projection_units,
+                "projection_activation": (
+                    None if self.projection is None else activations.serialize(self.projection.activation)
+                ),
+                "return_sequences": self.return_sequences,
+                "return_state": self.return_state,
+                "initial_state": self.initial_state,
+            }
+        )
+        return config

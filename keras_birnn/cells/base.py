@@ -1,0 +1,248 @@
+"""What every cell shares: weights in Keras's layout, dropout masks, config.
+
+A cell is one step of a recurrence and knows nothing of loops or directions.
+It splits a step into two pure pieces so that a loop can choose where to
+put them: `input_projection` (no dependence on the state, so it may be
+computed for all steps at once) and `recurrent_step` (the part that must
+run sequentially).
+"""
+
+from typing import Any, Optional, Sequence
+
+import keras
+import tensorflow as tf
+from keras import activations, constraints, initializers, regularizers
+
+
+def _check_rate(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"`{name}` must be a float in [0, 1), received {value!r}.")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be in [0, 1), received {value!r}.")
+    return float(value)
+
+
+def check_units(units: Any) -> int:
+    if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
+        raise ValueError(f"`units` must be a positive integer, received {units!r}.")
+    return units
+
+
+class RecurrentCell(keras.layers.Layer):
+    """Base class of the cells: `gate_count` blocks of `units` columns.
+
+    Subclasses set `gate_count`, `state_count` and implement
+    `recurrent_step` (and `bias_shape` when the bias is not `[gates*units]`).
+
+    Args:
+        units: Positive integer, size of the state.
+        activation: Activation of the candidate / state.
+        use_bias: Whether the cell has a bias vector.
+        kernel_initializer, recurrent_initializer, bias_initializer:
+            Initializers of the three weights.
+        kernel_regularizer, recurrent_regularizer, bias_regularizer:
+            Optional regularizers.
+        kernel_constraint, recurrent_constraint, bias_constraint:
+            Optional constraints.
+        dropout: Fraction of the input units to drop (one mask per sequence,
+            shared by all steps and gates).
+        recurrent_dropout: Fraction of the state units to drop in the
+            recurrent matmul (one mask per sequence).
+        seed: Seed of the dropout masks.
+    """
+
+    gate_count = 1
+    state_count = 1
+
+    def __init__(
+        self,
+        units: int,
+        activation="tanh",
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        recurrent_initializer="orthogonal",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        recurrent_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        recurrent_constraint=None,
+        bias_constraint=None,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
+        seed: Optional[int] = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.units = check_units(units)
+        self.activation = activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.recurrent_initializer = initializers.get(recurrent_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_regularizer = regularizers.get(kernel_regularizer)
+        self.recurrent_regularizer = regularizers.get(recurrent_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
+        self.kernel_constraint = constraints.get(kernel_constraint)
+        self.recurrent_constraint = constraints.get(recurrent_constraint)
+        self.bias_constraint = constraints.get(bias_constraint)
+        self.dropout = _check_rate("dropout", dropout)
+        self.recurrent_dropout = _check_rate("recurrent_dropout", recurrent_dropout)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        self.input_dim = None
+
+    @property
+    def state_size(self) -> list:
+        return [self.units] * self.state_count
+
+    @property
+    def output_size(self) -> int:
+        return self.units
+
+    def bias_shape(self) -> tuple:
+        return (self.gate_count * self.units,)
+
+    def build_bias_initializer(self):
+        return self.bias_initializer
+
+    def build(self, input_shape: Sequence[Optional[int]]):
+        input_dim = input_shape[-1]
+        if input_dim is None or input_dim <= 0:
+            raise ValueError(
+                f"{type(self).__name__} needs a known, positive feature size "
+                f"(last axis of the input); received input shape {tuple(input_shape)}."
+            )
+        self.input_dim = int(input_dim)
+        width = self.gate_count * self.units
+        self.kernel = self.add_weight(
+            shape=(self.input_dim, width),
+            name="kernel",
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        self.recurrent_kernel = self.add_weight(
+            shape=(self.units, width),
+            name="recurrent_kernel",
+            initializer=self.recurrent_initializer,
+            regularizer=self.recurrent_regularizer,
+            constraint=self.recurrent_constraint,
+        )
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(
+                shape=self.bias_shape(),
+                name="bias",
+                initializer=self.build_bias_initializer(),
+                regularizer=self.bias_regularizer,
+                constraint=self.bias_constraint,
+            )
+
+    # --- the pure pieces a loop runs -------------------------------------
+
+    def input_bias(self, bias):
+        """The part of the bias added to the input projection."""
+        return bias
+
+    def recurrent_bias(self, bias):
+        """The part of the bias added inside the recurrent step (GRU only)."""
+        return None
+
+    def step_weights(self, dtype=None) -> dict:
+        """The weights as tensors of the compute dtype, for the pure functions."""
+        dtype = dtype or self.compute_dtype
+        bias = None if self.bias is None else tf.cast(self.bias, dtype)
+        return {
+            "kernel": tf.cast(self.kernel, dtype),
+            "recurrent_kernel": tf.cast(self.recurrent_kernel, dtype),
+            "input_bias": None if bias is None else self.input_bias(bias),
+            "recurrent_bias": None if bias is None else self.recurrent_bias(bias),
+        }
+
+    @staticmethod
+    def input_projection(inputs, kernel, input_bias):
+        """`inputs @ kernel + input_bias` for one step or a whole sequence."""
+        projected = tf.matmul(inputs, kernel) if inputs.shape.rank == 2 else (
+            tf.einsum("...f,fg->...g", inputs, kernel)
+        )
+        return projected if input_bias is None else projected + input_bias
+
+    def recurrent_step(self, projected, states, recurrent_kernel, recurrent_bias, state_mask=None):
+        """Returns the new states; the output is always `new_states[0]`.
+
+        `state_mask` (recurrent dropout) scales the state only where it
+        enters the recurrent matmul, as Keras does.
+        """
+        raise NotImplementedError
+
+    # --- dropout -----------------------------------------------------------
+
+    def dropout_masks(self, batch_size, dtype, training) -> tuple:
+        """One input mask `[B, input_dim]` and one state mask `[B, units]`
+        (or None) for a whole sequence, so every step drops the same units."""
+        input_mask = state_mask = None
+        if training and self.dropout > 0:
+            input_mask = keras.random.dropout(
+                tf.ones([batch_size, self.input_dim], dtype),
+                rate=self.dropout,
+                seed=self.seed_generator,
+            )
+        if training and self.recurrent_dropout > 0:
+            state_mask = keras.random.dropout(
+                tf.ones([batch_size, self.units], dtype),
+                rate=self.recurrent_dropout,
+                seed=self.seed_generator,
+            )
+        return input_mask, state_mask
+
+    # --- Keras cell protocol: one step -------------------------------------
+
+    def call(self, inputs, states, training=False):
+        """One step, so the cell also works inside `keras.layers.RNN`.
+
+        Call arguments:
+            inputs: `[batch, input_dim]`.
+            states: list of `state_count` tensors `[batch, units]`.
+            training: Whether dropout is active.
+        """
+        states = list(states) if isinstance(states, (list, tuple)) else [states]
+        weights = self.step_weights()
+        input_mask, state_mask = self.dropout_masks(tf.shape(inputs)[0], inputs.dtype, training)
+        if input_mask is not None:
+            inputs = inputs * input_mask
+        projected = self.input_projection(inputs, weights["kernel"], weights["input_bias"])
+        new_states = self.recurrent_step(
+            projected,
+            states,
+            weights["recurrent_kernel"],
+            weights["recurrent_bias"],
+            state_mask,
+        )
+        return new_states[0], list(new_states)
+
+    def get_initial_state(self, batch_size=None):
+        return [tf.zeros([batch_size, self.units], self.compute_dtype) for _ in range(self.state_count)]
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            {
+                "units": self.units,
+                "activation": activations.serialize(self.activation),
+                "use_bias": self.use_bias,
+                "kernel_initializer": initializers.serialize(self.kernel_initializer),
+                "recurrent_initializer": initializers.serialize(self.recurrent_initializer),
+                "bias_initializer": initializers.serialize(self.bias_initializer),
+                "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
+                "recurrent_regularizer": regularizers.serialize(self.recurrent_regularizer),
+                "bias_regularizer": regularizers.serialize(self.bias_regularizer),
+                "kernel_constraint": constraints.serialize(self.kernel_constraint),
+                "recurrent_constraint": constraints.serialize(self.recurrent_constraint),
+                "bias_constraint": constraints.serialize(self.bias_constraint),
+                "dropout": self.dropout,
+                "recurrent_dropout": self.recurrent_dropout,
+                "seed": self.seed,
+            }
+        )
+        return config

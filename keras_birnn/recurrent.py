@@ -1,0 +1,252 @@
+"""kb.Recurrent: one direction of a recurrence, a cell run by the loop."""
+
+from typing import Any, List, Optional, Sequence, Union
+
+import keras
+import tensorflow as tf
+
+from keras_birnn import recurrence
+from keras_birnn.api_export import keras_birnn_export
+from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.masking import validate_mask, zero_padding
+
+InitialState = Union[str, float]
+
+
+def parse_initial_state(initial_state: Any) -> InitialState:
+    """`"zeros"`, `"learned"` or a float constant (seed 001's 0.5)."""
+    if isinstance(initial_state, str) and initial_state in ("zeros", "learned"):
+        return initial_state
+    if isinstance(initial_state, (int, float)) and not isinstance(initial_state, bool):
+        return float(initial_state)
+    raise ValueError(
+        '`initial_state` must be "zeros", "learned" or a float constant, '
+        f"received {initial_state!r}."
+    )
+
+
+def check_sequence_input(inputs, layer_name: str) -> tf.Tensor:
+    """Inputs must be float `[batch, time, features]`."""
+    inputs = tf.convert_to_tensor(inputs)
+    if inputs.shape.rank != 3:
+        raise ValueError(
+            f"Layer {layer_name!r} expects inputs of rank 3 [batch, time, features], "
+            f"received shape {inputs.shape}."
+        )
+    if not inputs.dtype.is_floating:
+        raise TypeError(
+            f"Layer {layer_name!r} expects float inputs, received dtype {inputs.dtype.name}. "
+            "Embed integer tokens first (e.g. keras.layers.Embedding)."
+        )
+    return inputs
+
+
+def deserialize_cell(cell: Any) -> RecurrentCell:
+    if isinstance(cell, dict):
+        cell = keras.saving.deserialize_keras_object(cell)
+    if not isinstance(cell, RecurrentCell):
+        raise TypeError(
+            "`cell` must be a keras_birnn cell (kb.SimpleRNNCell, kb.GRUCell, kb.LSTMCell), "
+            f"received {cell!r}."
+        )
+    return cell
+
+
+class LearnedBoundaryState(keras.layers.Layer):
+    """Trainable boundary states (seed 001): one vector per cell state."""
+
+    def __init__(self, units: int, count: int, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.count = count
+
+    def build(self, input_shape=None):
+        self.states = [
+            self.add_weight(shape=(self.units,), name=f"state_{k}", initializer="zeros")
+            for k in range(self.count)
+        ]
+
+    def broadcast(self, batch_size, dtype) -> List[tf.Tensor]:
+        return [tf.broadcast_to(tf.cast(s, dtype), [batch_size, self.units]) for s in self.states]
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"units": self.units, "count": self.count})
+        return config
+
+
+@keras_birnn_export("keras_birnn.Recurrent")
+class Recurrent(keras.layers.Layer):
+    """Runs a cell over a sequence in one direction.
+
+    Unlike Keras's `go_backwards`, `reverse=True` returns outputs aligned
+    with the input positions, each row read right to left within its own
+    valid steps (padding stays where it is).
+
+    Args:
+        cell: A `kb.SimpleRNNCell`, `kb.GRUCell` or `kb.LSTMCell`.
+        reverse: Read the sequence from its last step to its first.
+        return_sequences: Return the output of every step (`[B, T, units]`)
+            instead of the state after the last step read.
+        return_state: Also return the final states.
+        initial_state: Boundary state: `"zeros"`, a float constant, or
+            `"learned"` (trainable).
+
+    Call arguments:
+        inputs: float `[batch, time, features]`.
+        mask: optional bool `[batch, time]`; masked steps carry the state.
+        initial_state: optional list of `[batch, units]` tensors.
+        training: whether dropout is active.
+
+    Example:
+
+    >>> layer = kb.Recurrent(kb.GRUCell(8), reverse=True, return_sequences=True)
+    >>> layer(np.zeros((2, 5, 3), "float32")).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def __init__(
+        self,
+        cell,
+        reverse: bool = False,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        initial_state: InitialState = "zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.cell = deserialize_cell(cell)
+        self.reverse = bool(reverse)
+        self.return_sequences = bool(return_sequences)
+        self.return_state = bool(return_state)
+        self.initial_state = parse_initial_state(initial_state)
+        self.boundary = None
+        if self.initial_state == "learned":
+            self.boundary = LearnedBoundaryState(
+                self.cell.units, self.cell.state_count, name="boundary_state"
+            )
+        self.supports_masking = True
+
+    def build(self, input_shape: Sequence[Optional[int]]):
+        if len(input_shape) != 3:
+            raise ValueError(
+                f"Layer {self.name!r} expects inputs of rank 3 [batch, time, features], "
+                f"received shape {tuple(input_shape)}."
+            )
+        self.cell.build(input_shape)
+        if self.boundary is not None:
+            self.boundary.build()
+        self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: self.cell.input_dim})
+
+    # --- the pieces Bidirectional shares -----------------------------------
+
+    def initial_states(self, batch_size, dtype, given=None) -> List[tf.Tensor]:
+        count = self.cell.state_count
+        if given is not None:
+            given = list(given) if isinstance(given, (list, tuple)) else [given]
+            if len(given) != count:
+                raise ValueError(
+                    f"`initial_state` must be a list of {count} tensors [batch, {self.cell.units}] "
+                    f"for {type(self.cell).__name__}, received {len(given)}."
+                )
+            return [self._check_state(tf.cast(s, dtype)) for s in given]
+        if self.boundary is not None:
+            return self.boundary.broadcast(batch_size, dtype)
+        value = 0.0 if self.initial_state == "zeros" else self.initial_state
+        return [tf.fill([batch_size, self.cell.units], tf.cast(value, dtype)) for _ in range(count)]
+
+    def _check_state(self, state):
+        if state.shape.rank != 2 or state.shape[-1] not in (None, self.cell.units):
+            raise ValueError(
+                f"Each initial state must have shape [batch, {self.cell.units}], "
+                f"received shape {state.shape}."
+            )
+        return state
+
+    def direction(self, inputs, mask=None, initial_state=None, training=None) -> recurrence.Direction:
+        """This layer's recurrence as a loop-ready `recurrence.Direction`."""
+        cell = self.cell
+        dtype = self.compute_dtype
+        inputs = tf.cast(zero_padding(inputs, mask), dtype)
+        batch_size = tf.shape(inputs)[0]
+        weights = cell.step_weights(dtype)
+        input_mask, state_mask = cell.dropout_masks(batch_size, dtype, training)
+        if input_mask is not None:
+            inputs = inputs * input_mask[:, None, :]
+        projected = cell.input_projection(inputs, weights["kernel"], weights["input_bias"])
+        recurrent_kernel, recurrent_bias = weights["recurrent_kernel"], weights["recurrent_bias"]
+
+        def step(projected_t, states):
+            return cell.recurrent_step(projected_t, states, recurrent_kernel, recurrent_bias, state_mask)
+
+        states = self.initial_states(batch_size, dtype, initial_state)
+        return recurrence.Direction(step, projected, states, self.reverse)
+
+    # --- Keras layer protocol ------------------------------------------------
+
+    def call(self, inputs, mask=None, initial_state=None, training=None):
+        inputs = check_sequence_input(inputs, self.name)
+        mask = validate_mask(mask, inputs)
+        direction = self.direction(inputs, mask, initial_state, training)
+        result = recurrence.run([direction], mask, self.return_sequences)[0]
+        if self.return_sequences:
+            output = result.outputs
+        else:
+            output = zero_empty_rows(result.final_states[0], mask)
+        if self.return_state:
+            return [output] + result.final_states
+        return output
+
+    def step(self, inputs, states, training=None):
+        """One streaming step: `(output, new_states)` for `inputs [B, F]`.
+
+        Only a left-to-right recurrence can stream; a reversed one needs the
+        last element of the sequence before its first output.
+        """
+        if self.reverse:
+            raise ValueError(
+                "A reverse=True Recurrent cannot run step by step: it starts at the last "
+                "element, so it needs the whole sequence before producing any output."
+            )
+        return self.cell(inputs, states, training=training)
+
+    def compute_mask(self, inputs, mask=None):
+        output_mask = mask if self.return_sequences else None
+        if self.return_state:
+            return [output_mask] + [None] * self.cell.state_count
+        return output_mask
+
+    def compute_output_shape(self, input_shape):
+        batch, time = input_shape[0], input_shape[1]
+        units = self.cell.units
+        output = (batch, time, units) if self.return_sequences else (batch, units)
+        if self.return_state:
+            return [output] + [(batch, units)] * self.cell.state_count
+        return output
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            {
+                "cell": keras.saving.serialize_keras_object(self.cell),
+                "reverse": self.reverse,
+                "return_sequences": self.return_sequences,
+                "return_state": self.return_state,
+                "initial_state": self.initial_state,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
+        return cls(**config)
+
+
+def zero_empty_rows(output, mask):
+    """Zeros the sequence-level output of rows that have no valid step."""
+    if mask is None:
+        return output
+    has_steps = tf.reduce_any(mask, axis=1, keepdims=True)
+    return tf.where(has_steps, output, tf.zeros_like(output))
