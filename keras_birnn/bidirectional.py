@@ -199,6 +199,7 @@ class Bidirectional(keras.layers.Layer):
             ],
             mask,
             self.return_sequences,
+            bptt=training is True,
         )
         if self.return_sequences:
             merged = self.merge(forward.outputs, backward.outputs, mask)

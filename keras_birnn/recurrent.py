@@ -174,13 +174,15 @@ class Recurrent(keras.layers.Layer):
         if input_mask is not None:
             inputs = inputs * input_mask[:, None, :]
         projected = cell.input_projection(inputs, weights["kernel"], weights["input_bias"])
-        recurrent_kernel, recurrent_bias = weights["recurrent_kernel"], weights["recurrent_bias"]
-
-        def step(projected_t, states):
-            return cell.recurrent_step(projected_t, states, recurrent_kernel, recurrent_bias, state_mask)
-
-        states = self.initial_states(batch_size, dtype, initial_state)
-        return recurrence.Direction(step, projected, states, self.reverse)
+        return recurrence.Direction(
+            math=cell.step_math(),
+            projected=projected,
+            recurrent_kernel=weights["recurrent_kernel"],
+            recurrent_bias=weights["recurrent_bias"],
+            initial_states=self.initial_states(batch_size, dtype, initial_state),
+            reverse=self.reverse,
+            state_mask=state_mask,
+        )
 
     # --- Keras layer protocol ------------------------------------------------
 
@@ -188,7 +190,7 @@ class Recurrent(keras.layers.Layer):
         inputs = check_sequence_input(inputs, self.name)
         mask = validate_mask(mask, inputs)
         direction = self.direction(inputs, mask, initial_state, training)
-        result = recurrence.run([direction], mask, self.return_sequences)[0]
+        result = recurrence.run([direction], mask, self.return_sequences, bptt=training is True)[0]
         if self.return_sequences:
             output = result.outputs
         else:

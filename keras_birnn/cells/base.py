@@ -168,13 +168,19 @@ class RecurrentCell(keras.layers.Layer):
         )
         return projected if input_bias is None else projected + input_bias
 
+    def step_math(self):
+        """The cell's pure step maths: `forward(projected, states, recurrent_kernel,
+        recurrent_bias, state_mask) -> (new_states, saved)` and the matching
+        hand-written `backward(...)` used by the loop's BPTT."""
+        raise NotImplementedError
+
     def recurrent_step(self, projected, states, recurrent_kernel, recurrent_bias, state_mask=None):
         """Returns the new states; the output is always `new_states[0]`.
 
         `state_mask` (recurrent dropout) scales the state only where it
         enters the recurrent matmul, as Keras does.
         """
-        raise NotImplementedError
+        return self.step_math().forward(projected, states, recurrent_kernel, recurrent_bias, state_mask)[0]
 
     # --- dropout -----------------------------------------------------------
 

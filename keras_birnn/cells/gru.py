@@ -1,45 +1,98 @@
 """GRU cell in both reset conventions, gates in Keras's order z, r, h."""
 
+from typing import NamedTuple
+
 import tensorflow as tf
 from keras import activations
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.cells.derivatives import derivative
 
 
-def gru_step(
-    projected,
-    h,
-    recurrent_kernel,
-    recurrent_bias,
-    activation,
-    recurrent_activation,
-    reset_after,
-    state_mask=None,
-):
-    """One GRU step given the input projection `x_t W + b_in` of this step.
+class GRUMath(NamedTuple):
+    """Pure GRU step maths, forward and backward (for BPTT).
 
     `reset_after=False` is seed 000's GRU: the reset gate scales the state
     before the recurrent matmul of the candidate. `reset_after=True` is
-    Keras's (and cuDNN's) default: it scales the matmul's result.
+    Keras's (and cuDNN's) default: it scales the matmul's result. `saved`
+    is the recurrent matmul's result (`[B, 3U]`), so the backward step
+    recomputes the gates elementwise instead of storing them.
     """
-    h_in = h if state_mask is None else h * state_mask
-    x_z, x_r, x_h = tf.split(projected, 3, axis=-1)
-    if reset_after:
-        recurrent = tf.matmul(h_in, recurrent_kernel)
-        if recurrent_bias is not None:
-            recurrent = recurrent + recurrent_bias
-        h_z, h_r, h_h = tf.split(recurrent, 3, axis=-1)
-        z = recurrent_activation(x_z + h_z)
-        r = recurrent_activation(x_r + h_r)
-        candidate = activation(x_h + r * h_h)
-    else:
-        gate_kernel, candidate_kernel = tf.split(recurrent_kernel, [-1, tf.shape(recurrent_kernel)[0]], axis=1)
-        h_z, h_r = tf.split(tf.matmul(h_in, gate_kernel), 2, axis=-1)
-        z = recurrent_activation(x_z + h_z)
-        r = recurrent_activation(x_r + h_r)
-        candidate = activation(x_h + tf.matmul(r * h_in, candidate_kernel))
-    return z * h + (1.0 - z) * candidate
+
+    activation: object
+    recurrent_activation: object
+    reset_after: bool
+
+    def _gates(self, projected, saved):
+        x_z, x_r, x_h = tf.split(projected, 3, axis=-1)
+        h_z, h_r, h_h = tf.split(saved, 3, axis=-1)
+        z = self.recurrent_activation(x_z + h_z)
+        r = self.recurrent_activation(x_r + h_r)
+        return (x_z + h_z, z), (x_r + h_r, r), (x_h, h_h)
+
+    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
+        h = states[0]
+        h_in = h if state_mask is None else h * state_mask
+        x_z, x_r, x_h = tf.split(projected, 3, axis=-1)
+        if self.reset_after:
+            saved = tf.matmul(h_in, recurrent_kernel)
+            if recurrent_bias is not None:
+                saved = saved + recurrent_bias
+            h_z, h_r, h_h = tf.split(saved, 3, axis=-1)
+            z = self.recurrent_activation(x_z + h_z)
+            r = self.recurrent_activation(x_r + h_r)
+            candidate = self.activation(x_h + r * h_h)
+        else:
+            units = recurrent_kernel.shape[0]
+            gate_kernel, candidate_kernel = recurrent_kernel[:, : 2 * units], recurrent_kernel[:, 2 * units :]
+            h_z, h_r = tf.split(tf.matmul(h_in, gate_kernel), 2, axis=-1)
+            z = self.recurrent_activation(x_z + h_z)
+            r = self.recurrent_activation(x_r + h_r)
+            h_h = tf.matmul(r * h_in, candidate_kernel)
+            candidate = self.activation(x_h + h_h)
+            saved = tf.concat([h_z, h_r, h_h], axis=-1)
+        return [z * h + (1.0 - z) * candidate], saved
+
+    def backward(self, projected, states, saved, recurrent_kernel, recurrent_bias, state_mask, d_new):
+        """Returns (d_projected, d_states, d_recurrent_kernel, d_recurrent_bias)."""
+        h = states[0]
+        h_in = h if state_mask is None else h * state_mask
+        (pre_z, z), (pre_r, r), (x_h, h_h) = self._gates(projected, saved)
+        pre_c = x_h + r * h_h if self.reset_after else x_h + h_h
+        candidate = self.activation(pre_c)
+        d_h = d_new[0]
+        d_pre_c = d_h * (1.0 - z) * derivative(self.activation, pre_c, candidate)
+        d_pre_z = d_h * (h - candidate) * derivative(self.recurrent_activation, pre_z, z)
+        units = recurrent_kernel.shape[0]
+        if self.reset_after:
+            d_pre_r = d_pre_c * h_h * derivative(self.recurrent_activation, pre_r, r)
+            d_saved = tf.concat([d_pre_z, d_pre_r, d_pre_c * r], axis=-1)
+            d_h_in = tf.matmul(d_saved, recurrent_kernel, transpose_b=True)
+            d_kernel = tf.matmul(h_in, d_saved, transpose_a=True)
+            d_bias = tf.reduce_sum(d_saved, axis=0)
+        else:
+            gate_kernel, candidate_kernel = recurrent_kernel[:, : 2 * units], recurrent_kernel[:, 2 * units :]
+            d_reset_in = tf.matmul(d_pre_c, candidate_kernel, transpose_b=True)
+            d_pre_r = d_reset_in * h_in * derivative(self.recurrent_activation, pre_r, r)
+            d_gates = tf.concat([d_pre_z, d_pre_r], axis=-1)
+            d_h_in = tf.matmul(d_gates, gate_kernel, transpose_b=True) + d_reset_in * r
+            d_kernel = tf.concat(
+                [tf.matmul(h_in, d_gates, transpose_a=True), tf.matmul(r * h_in, d_pre_c, transpose_a=True)],
+                axis=-1,
+            )
+            d_bias = None
+        if state_mask is not None:
+            d_h_in = d_h_in * state_mask
+        d_projected = tf.concat([d_pre_z, d_pre_r, d_pre_c], axis=-1)
+        return d_projected, [d_h * z + d_h_in], d_kernel, d_bias
+
+
+def gru_step(projected, h, recurrent_kernel, recurrent_bias, activation, recurrent_activation,
+             reset_after, state_mask=None):
+    """One GRU step given the input projection `x_t W + b_in` of this step."""
+    math = GRUMath(activation, recurrent_activation, reset_after)
+    return math.forward(projected, [h], recurrent_kernel, recurrent_bias, state_mask)[0][0]
 
 
 @keras_birnn_export("keras_birnn.GRUCell")
@@ -84,19 +137,8 @@ class GRUCell(RecurrentCell):
     def recurrent_bias(self, bias):
         return bias[1] if self.reset_after else None
 
-    def recurrent_step(self, projected, states, recurrent_kernel, recurrent_bias, state_mask=None):
-        return [
-            gru_step(
-                projected,
-                states[0],
-                recurrent_kernel,
-                recurrent_bias,
-                self.activation,
-                self.recurrent_activation,
-                self.reset_after,
-                state_mask,
-            )
-        ]
+    def step_math(self) -> GRUMath:
+        return GRUMath(self.activation, self.recurrent_activation, self.reset_after)
 
     def get_config(self) -> dict:
         config = super().get_config()

@@ -1,20 +1,65 @@
 """LSTM cell, gates in Keras's order i, f, c, o; states (h, c)."""
 
+from typing import NamedTuple
+
 import tensorflow as tf
 from keras import activations, initializers
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.cells.derivatives import derivative
+
+
+class LSTMMath(NamedTuple):
+    """Pure LSTM step maths, forward and backward (for BPTT).
+
+    States are (h, c); `saved` is the recurrent matmul's result `[B, 4U]`.
+    """
+
+    activation: object
+    recurrent_activation: object
+
+    def _gates(self, projected, saved):
+        pre = tf.split(projected + saved, 4, axis=-1)
+        i, f, o = (self.recurrent_activation(pre[k]) for k in (0, 1, 3))
+        return pre, (i, f, self.activation(pre[2]), o)
+
+    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
+        h, c = states
+        h_in = h if state_mask is None else h * state_mask
+        saved = tf.matmul(h_in, recurrent_kernel)
+        _, (i, f, g, o) = self._gates(projected, saved)
+        c_new = f * c + i * g
+        return [o * self.activation(c_new), c_new], saved
+
+    def backward(self, projected, states, saved, recurrent_kernel, recurrent_bias, state_mask, d_new):
+        """Returns (d_projected, d_states, d_recurrent_kernel, None)."""
+        h, c = states
+        h_in = h if state_mask is None else h * state_mask
+        pre, (i, f, g, o) = self._gates(projected, saved)
+        c_new = f * c + i * g
+        tanh_c = self.activation(c_new)
+        d_h, d_c = d_new
+        d_c = d_c + d_h * o * derivative(self.activation, c_new, tanh_c)
+        gate_grads = [
+            d_c * g * derivative(self.recurrent_activation, pre[0], i),
+            d_c * c * derivative(self.recurrent_activation, pre[1], f),
+            d_c * i * derivative(self.activation, pre[2], g),
+            d_h * tanh_c * derivative(self.recurrent_activation, pre[3], o),
+        ]
+        d_pre = tf.concat(gate_grads, axis=-1)
+        d_h_in = tf.matmul(d_pre, recurrent_kernel, transpose_b=True)
+        if state_mask is not None:
+            d_h_in = d_h_in * state_mask
+        return d_pre, [d_h_in, d_c * f], tf.matmul(h_in, d_pre, transpose_a=True), None
 
 
 def lstm_step(projected, h, c, recurrent_kernel, activation, recurrent_activation, state_mask=None):
     """One LSTM step given the input projection `x_t W + b`; returns (h, c)."""
-    h_in = h if state_mask is None else h * state_mask
-    z = projected + tf.matmul(h_in, recurrent_kernel)
-    z_i, z_f, z_c, z_o = tf.split(z, 4, axis=-1)
-    c_new = recurrent_activation(z_f) * c + recurrent_activation(z_i) * activation(z_c)
-    h_new = recurrent_activation(z_o) * activation(c_new)
-    return h_new, c_new
+    new_states, _ = LSTMMath(activation, recurrent_activation).forward(
+        projected, [h, c], recurrent_kernel, None, state_mask
+    )
+    return tuple(new_states)
 
 
 class _ForgetGateOnes(initializers.Initializer):
@@ -64,17 +109,8 @@ class LSTMCell(RecurrentCell):
             return _ForgetGateOnes(self.bias_initializer, self.units)
         return self.bias_initializer
 
-    def recurrent_step(self, projected, states, recurrent_kernel, recurrent_bias, state_mask=None):
-        h, c = lstm_step(
-            projected,
-            states[0],
-            states[1],
-            recurrent_kernel,
-            self.activation,
-            self.recurrent_activation,
-            state_mask,
-        )
-        return [h, c]
+    def step_math(self) -> LSTMMath:
+        return LSTMMath(self.activation, self.recurrent_activation)
 
     def get_config(self) -> dict:
         config = super().get_config()

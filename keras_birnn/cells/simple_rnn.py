@@ -1,15 +1,42 @@
 """Simple RNN cell: h_t = σ(x_t U + h_{t-1} W + b) (seed 002)."""
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.cells.derivatives import derivative
+
+
+class SimpleRNNMath(NamedTuple):
+    """Pure step maths: forward, and its derivative for BPTT.
+
+    `projected` is `x_t U + b`; `saved` is the recurrent term `h_in W`,
+    all the backward step needs besides the previous state.
+    """
+
+    activation: object
+
+    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
+        h_in = states[0] if state_mask is None else states[0] * state_mask
+        recurrent = tf.matmul(h_in, recurrent_kernel)
+        return [self.activation(projected + recurrent)], recurrent
+
+    def backward(self, projected, states, saved, recurrent_kernel, recurrent_bias, state_mask, d_new):
+        """Returns (d_projected, d_states, d_recurrent_kernel, d_recurrent_bias)."""
+        pre = projected + saved
+        d_pre = d_new[0] * derivative(self.activation, pre, self.activation(pre))
+        h_in = states[0] if state_mask is None else states[0] * state_mask
+        d_h = tf.matmul(d_pre, recurrent_kernel, transpose_b=True)
+        if state_mask is not None:
+            d_h = d_h * state_mask
+        return d_pre, [d_h], tf.matmul(h_in, d_pre, transpose_a=True), None
 
 
 def simple_rnn_step(projected, h, recurrent_kernel, activation, state_mask=None):
     """One step given the input projection `x_t U + b` of this step."""
-    h_in = h if state_mask is None else h * state_mask
-    return activation(projected + tf.matmul(h_in, recurrent_kernel))
+    return SimpleRNNMath(activation).forward(projected, [h], recurrent_kernel, None, state_mask)[0][0]
 
 
 @keras_birnn_export("keras_birnn.SimpleRNNCell")
@@ -33,5 +60,5 @@ class SimpleRNNCell(RecurrentCell):
     gate_count = 1
     state_count = 1
 
-    def recurrent_step(self, projected, states, recurrent_kernel, recurrent_bias, state_mask=None):
-        return [simple_rnn_step(projected, states[0], recurrent_kernel, self.activation, state_mask)]
+    def step_math(self) -> SimpleRNNMath:
+        return SimpleRNNMath(self.activation)
