@@ -10,6 +10,7 @@ if _keras.backend.backend() != "tensorflow":
 
 from keras_birnn.bidirectional import Bidirectional, DirectionalProjection
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
+from keras_birnn.export import export_saved_model
 from keras_birnn.recurrent import Recurrent
 
 __version__ = "0.1.0"
@@ -22,4 +23,5 @@ __all__ = [
     "RecurrentCell",
     "Recurrent",
     "SimpleRNNCell",
+    "export_saved_model",
 ]

@@ -1,0 +1,281 @@
+"""SavedModel export: served outputs equal the Keras model's, padded rows included.
+
+The serving side runs in a fresh process that never imports keras_birnn, as
+TF Serving would; the oracle is the Keras model run on each row unpadded
+(and on the zero-padded batch where Keras itself masks token 0).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_birnn as kb
+from keras_birnn.export import (
+    FORBIDDEN_OPS,
+    LENGTHS_KEY,
+    SIGNATURE_DEFAULT,
+    SIGNATURE_UNPADDED,
+    next_version,
+)
+from test_case import REPO, run_python
+
+VOCAB, TAGS, FEATURES = 30, 5, 3
+# Two batch sizes and time sizes; each has full rows and right-padded rows.
+CASES = {"a": (3, 7, [7, 4, 1]), "b": (5, 4, [2, 4, 3, 1, 4])}
+
+
+def make_tagger():
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    embedded = keras.layers.Embedding(VOCAB, 6, mask_zero=True)(tokens)
+    tags = kb.Bidirectional(
+        kb.GRUCell(8), merge_mode="projection", projection_units=TAGS,
+        projection_activation="softmax", return_sequences=True,
+    )(embedded)
+    return keras.Model(tokens, tags, name="tagger")
+
+
+def make_classifier():
+    features = keras.Input((None, FEATURES), name="features")
+    sentence = kb.Bidirectional(kb.LSTMCell(6))(features)
+    probs = keras.layers.Dense(2, activation="softmax")(sentence)
+    return keras.Model(features, probs, name="classifier")
+
+
+def case_inputs(kind, batch, time, lengths, rng):
+    """Inputs whose padded slots hold garbage, never the padding marker."""
+    if kind == "tagger":
+        return rng.integers(1, VOCAB, size=(batch, time)).astype("int32")
+    return rng.normal(size=(batch, time, FEATURES)).astype("float32")
+
+
+def keras_oracle(model, x, lengths, kind):
+    """The Keras model on each row alone (unpadded), padded back to the batch.
+
+    Padded positions of the tagger's output are zeros (the projection
+    zeros masked positions), which is what the Keras model gives on the
+    batch padded with token 0; checked below as well.
+    """
+    rows = []
+    for row, length in enumerate(lengths):
+        out = np.asarray(model(x[row : row + 1, :length], training=False))[0]
+        if kind == "tagger":
+            out = np.concatenate([out, np.zeros((x.shape[1] - length, TAGS), out.dtype)])
+        rows.append(out)
+    return np.stack(rows)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Both models exported, with inputs and Keras oracles saved for the server."""
+    root = tmp_path_factory.mktemp("export")
+    keras.utils.set_random_seed(7)
+    rng = np.random.default_rng(7)
+    arrays, dirs = {}, {}
+    for kind, model in (("tagger", make_tagger()), ("classifier", make_classifier())):
+        dirs[kind] = kb.export_saved_model(model, str(root / kind))
+        for name, (batch, time, lengths) in CASES.items():
+            x = case_inputs(kind, batch, time, lengths, rng)
+            lengths = np.asarray(lengths, np.int32)
+            padded_oracle = keras_oracle(model, x, lengths, kind)
+            if kind == "tagger":
+                # Keras itself on the zero-padded batch (mask_zero) agrees.
+                zero_padded = np.where(np.arange(time) < lengths[:, None], x, 0)
+                np.testing.assert_allclose(
+                    np.asarray(model(zero_padded)), padded_oracle, atol=1e-6, rtol=1e-6
+                )
+            arrays[f"{kind}_{name}_x"] = x
+            arrays[f"{kind}_{name}_lengths"] = lengths
+            arrays[f"{kind}_{name}_padded"] = padded_oracle
+            arrays[f"{kind}_{name}_full"] = np.asarray(model(x, training=False))
+    np.savez(root / "cases.npz", **arrays)
+    return root, dirs
+
+
+SERVER = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import op_def_registry
+
+data = np.load(sys.argv[1])
+dirs = json.loads(sys.argv[2])
+report = {"max_diff": {}, "ops": {}, "unregistered": {}, "signatures": {}}
+for kind, path in dirs.items():
+    loaded = tf.saved_model.load(path)
+    report["signatures"][kind] = {
+        name: sorted(fn.structured_input_signature[1]) for name, fn in loaded.signatures.items()
+    }
+    default = loaded.signatures["serving_default"]
+    unpadded = loaded.signatures["serving_unpadded"]
+    for case in ("a", "b"):
+        x = tf.constant(data[f"{kind}_{case}_x"])
+        lengths = tf.constant(data[f"{kind}_{case}_lengths"])
+        served = default(inputs=x, lengths=lengths)["outputs"].numpy()
+        report["max_diff"][f"{kind}_{case}_padded"] = float(
+            np.max(np.abs(served - data[f"{kind}_{case}_padded"])))
+        served = unpadded(inputs=x)["outputs"].numpy()
+        report["max_diff"][f"{kind}_{case}_full"] = float(
+            np.max(np.abs(served - data[f"{kind}_{case}_full"])))
+    proto = saved_model_pb2.SavedModel()
+    with open(path + "/saved_model.pb", "rb") as f:
+        proto.ParseFromString(f.read())
+    ops = set()
+    for graph in proto.meta_graphs:
+        ops.update(node.op for node in graph.graph_def.node)
+        for function in graph.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+    report["ops"][kind] = sorted(ops)
+    report["unregistered"][kind] = sorted(op for op in ops if op_def_registry.get(op) is None)
+report["keras_birnn_imported"] = any(m.split(".")[0] == "keras_birnn" for m in sys.modules)
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def served(exported):
+    root, dirs = exported
+    code = (
+        "import sys; sys.argv = ['serve', %r, %r]\n" % (str(root / "cases.npz"), json.dumps(dirs))
+        + SERVER
+    )
+    return json.loads(run_python(code).strip().splitlines()[-1])
+
+
+def test_server_process_never_imports_keras_birnn(served):
+    assert served["keras_birnn_imported"] is False
+
+
+@pytest.mark.parametrize("kind", ["tagger", "classifier"])
+def test_served_outputs_equal_keras_for_two_batch_and_time_sizes(served, kind):
+    diffs = {k: v for k, v in served["max_diff"].items() if k.startswith(kind)}
+    assert len(diffs) == 4  # two cases x (padded with lengths, unpadded)
+    for key, diff in diffs.items():
+        assert diff <= 1e-5, (key, diff)
+
+
+@pytest.mark.parametrize("kind", ["tagger", "classifier"])
+def test_signature_names_are_the_documented_ones(served, kind):
+    assert served["signatures"][kind] == {
+        SIGNATURE_DEFAULT: ["inputs", LENGTHS_KEY],
+        SIGNATURE_UNPADDED: ["inputs"],
+    }
+
+
+@pytest.mark.parametrize("kind", ["tagger", "classifier"])
+def test_graph_has_only_registered_core_ops_and_no_forbidden_ones(served, kind):
+    ops = set(served["ops"][kind])
+    assert not ops & FORBIDDEN_OPS
+    assert {"PyFunc", "EagerPyFunc", "PyFuncStateless", "CudnnRNN", "CudnnRNNV3"} <= FORBIDDEN_OPS
+    assert not any(op.startswith("Cudnn") for op in ops)
+    assert served["unregistered"][kind] == []
+    # The recurrence is a graph loop, the merge a matmul: the graph is the model.
+    assert ops & {"While", "StatelessWhile"}
+    assert "MatMul" in ops or "Einsum" in ops
+
+
+def _saved_model_cli(*args):
+    exe = shutil.which("saved_model_cli")
+    cmd = [exe] if exe else [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(cmd + list(args), cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_saved_model_cli_show_all(exported):
+    _, dirs = exported
+    out = _saved_model_cli("show", "--all", "--dir", dirs["tagger"])
+    for needle in (
+        "signature_def['serving_default']", "signature_def['serving_unpadded']",
+        "inputs['inputs']", "inputs['lengths']", "outputs['outputs']",
+        "shape: (-1, -1)", "shape: (-1, -1, 5)",
+    ):
+        assert needle in out, needle
+
+
+@pytest.mark.parametrize("kind", ["tagger", "classifier"])
+def test_saved_model_cli_run_matches_keras(exported, tmp_path, kind):
+    root, dirs = exported
+    data = np.load(root / "cases.npz")
+    x, lengths = data[f"{kind}_a_x"], data[f"{kind}_a_lengths"]
+    exprs = f"inputs={x.tolist()!r};lengths={lengths.tolist()!r}"
+    _saved_model_cli(
+        "run", "--dir", dirs[kind], "--tag_set", "serve", "--signature_def", "serving_default",
+        "--input_exprs", exprs, "--outdir", str(tmp_path),
+    )
+    np.testing.assert_allclose(
+        np.load(tmp_path / "outputs.npy"), data[f"{kind}_a_padded"], atol=1e-5, rtol=1e-5
+    )
+
+
+# --- in-process checks of the design ----------------------------------------------
+
+
+def test_masking_layer_input_gets_its_mask_value_in_padded_slots(tmp_path):
+    """A model starting with Masking(mask_value=-1) masks via its own marker."""
+    model = keras.Sequential(
+        [
+            keras.Input((None, 2)),
+            keras.layers.Masking(mask_value=-1.0),
+            kb.Bidirectional(kb.GRUCell(4)),
+            keras.layers.Dense(3),
+        ]
+    )
+    path = kb.export_saved_model(model, str(tmp_path / "m"), version=3)
+    assert path == str(tmp_path / "m" / "3")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 6, 2)).astype("float32")
+    lengths = np.array([6, 2], np.int32)
+    served = tf.saved_model.load(path).signatures["serving_default"](
+        inputs=tf.constant(x), lengths=tf.constant(lengths)
+    )["outputs"].numpy()
+    expected = np.concatenate([np.asarray(model(x[i : i + 1, :n])) for i, n in enumerate(lengths)])
+    np.testing.assert_allclose(served, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_model_that_drops_the_mask_is_refused(tmp_path):
+    """Conv1D does not carry Keras masks: lengths could not reach the recurrence."""
+    features = keras.Input((None, 3))
+    hidden = keras.layers.Conv1D(4, 2, padding="same")(features)
+    model = keras.Model(features, kb.Bidirectional(kb.GRUCell(4))(hidden))
+    with pytest.warns(UserWarning, match="does not support masking"):
+        with pytest.raises(ValueError, match="does not reach"):
+            kb.export_saved_model(model, str(tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()
+    # Without lengths it exports, and serves the Keras outputs.
+    path = kb.export_saved_model(model, str(tmp_path / "bad"), lengths_input=False)
+    loaded = tf.saved_model.load(path)
+    assert sorted(loaded.signatures) == [SIGNATURE_DEFAULT]
+    x = np.random.default_rng(1).normal(size=(2, 5, 3)).astype("float32")
+    np.testing.assert_allclose(
+        loaded.signatures[SIGNATURE_DEFAULT](inputs=tf.constant(x))["outputs"].numpy(),
+        np.asarray(model(x)), atol=1e-5, rtol=1e-5,
+    )
+
+
+def test_versions_count_up_and_existing_ones_are_kept(tmp_path):
+    base = tmp_path / "clf"
+    assert next_version(base) == 1
+    for name in ("1", "3", "notes", "10x"):
+        (base / name).mkdir(parents=True)
+    assert next_version(base) == 4
+    model = make_classifier()
+    assert kb.export_saved_model(model, str(base)) == str(base / "4")
+    assert next_version(base) == 5
+    with pytest.raises(FileExistsError):
+        kb.export_saved_model(model, str(base), version=3)
+    assert sorted(os.listdir(base)) == ["1", "10x", "3", "4", "notes"]  # no staging left
+
+
+def test_lengths_need_a_sequence_input(tmp_path):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="lengths_input=False"):
+        kb.export_saved_model(model, str(tmp_path / "x"))
