@@ -18,6 +18,8 @@ direction from the last step to the first, the backward one from the first
 to the last) and sums the shared weights' gradients over time.
 """
 
+import contextlib
+import functools
 from typing import Any, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
@@ -66,10 +68,52 @@ def run(
         bptt: Differentiate with the hand-written BPTT (for training);
             otherwise TensorFlow differentiates the loop itself if asked.
     """
-    if bptt:
-        return _run_with_bptt(directions, mask, return_sequences)
-    outputs, final_states, _ = _forward_loop(directions, mask, return_sequences, keep_for_bptt=False)
-    return [DirectionResult(o, s) for o, s in zip(outputs, final_states)]
+    flat, layout = _flatten_inputs(directions)
+    static = (tuple(directions_static(d) for d in directions), mask is not None, return_sequences, bptt)
+    runner = _compiled_runner(static) if _XLA.enabled else _runner(static)
+    flat_out = runner(flat, mask if mask is not None else tf.zeros([0], tf.bool))
+    return _unflatten_outputs(flat_out, directions, return_sequences)
+
+
+def directions_static(d: Direction) -> tuple:
+    """What a compiled loop is specialised on: everything but tensor values."""
+    return (d.math, d.reverse, d.recurrent_bias is not None, len(d.initial_states), d.state_mask is not None)
+
+
+class _XLA:
+    enabled = True
+
+
+@contextlib.contextmanager
+def xla_disabled():
+    """Runs loops as plain TensorFlow graphs instead of XLA clusters (used when
+    exporting SavedModels, so that serving needs no XLA JIT)."""
+    previous, _XLA.enabled = _XLA.enabled, False
+    try:
+        yield
+    finally:
+        _XLA.enabled = previous
+
+
+def _runner(static):
+    specs, has_mask, return_sequences, bptt = static
+
+    def run_flat(flat, mask):
+        dirs = _directions_from_flat(list(flat), specs)
+        mask = mask if has_mask else None
+        if bptt:
+            return _run_with_bptt(dirs, mask, return_sequences)
+        sequences, final_states, _ = _forward_loop(dirs, mask, return_sequences, keep_for_bptt=False)
+        return _flatten_outputs(sequences, final_states, return_sequences)
+
+    return run_flat
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_runner(static):
+    # One XLA-compiled function per loop structure, reused across calls
+    # (eagerly too); XLA compiles it once per concrete input shape.
+    return tf.function(_runner(static), jit_compile=True, reduce_retracing=True)
 
 
 def _time_index(direction: Direction, i, steps):
@@ -136,45 +180,39 @@ def _saved_array(direction: Direction, steps):
 def _flatten_inputs(directions):
     flat, layout = [], []
     for d in directions:
-        has_bias = d.recurrent_bias is not None
-        parts = [d.projected, d.recurrent_kernel] + ([d.recurrent_bias] if has_bias else [])
-        parts += list(d.initial_states)
-        layout.append((has_bias, len(d.initial_states)))
-        flat.extend(parts)
+        flat.extend([d.projected, d.recurrent_kernel])
+        if d.recurrent_bias is not None:
+            flat.append(d.recurrent_bias)
+        if d.state_mask is not None:
+            flat.append(d.state_mask)
+        flat.extend(d.initial_states)
     return flat, layout
 
 
-def _unflatten_inputs(flat, directions, layout):
+def _directions_from_flat(flat, specs):
     rebuilt, pos = [], 0
-    for d, (has_bias, n_states) in zip(directions, layout):
+    for math, reverse, has_bias, n_states, has_state_mask in specs:
         projected, kernel = flat[pos], flat[pos + 1]
         pos += 2
-        bias = None
+        bias = state_mask = None
         if has_bias:
             bias, pos = flat[pos], pos + 1
+        if has_state_mask:
+            state_mask, pos = flat[pos], pos + 1
         states = list(flat[pos : pos + n_states])
         pos += n_states
-        rebuilt.append(d._replace(projected=projected, recurrent_kernel=kernel, recurrent_bias=bias, initial_states=states))
+        rebuilt.append(Direction(math, projected, kernel, bias, states, reverse, state_mask))
     return rebuilt
 
 
-def _run_with_bptt(directions, mask, return_sequences):
-    flat, layout = _flatten_inputs(directions)
+def _flatten_outputs(sequences, final_states, return_sequences):
+    flat_out = []
+    for seq, states in zip(sequences, final_states):
+        flat_out.extend(([seq] if return_sequences else []) + list(states))
+    return flat_out
 
-    @tf.custom_gradient
-    def recurrence(*flat_inputs):
-        dirs = _unflatten_inputs(list(flat_inputs), directions, layout)
-        sequences, final_states, memory = _forward_loop(dirs, mask, return_sequences, keep_for_bptt=True)
-        flat_out = []
-        for seq, states in zip(sequences, final_states):
-            flat_out.extend(([seq] if return_sequences else []) + states)
 
-        def grad(*d_flat_out):
-            return _backward_loop(dirs, mask, return_sequences, memory, list(d_flat_out))
-
-        return flat_out, grad
-
-    flat_out = recurrence(*flat)
+def _unflatten_outputs(flat_out, directions, return_sequences):
     results, pos = [], 0
     for d in directions:
         seq = None
@@ -184,6 +222,30 @@ def _run_with_bptt(directions, mask, return_sequences):
         results.append(DirectionResult(seq, list(flat_out[pos : pos + n])))
         pos += n
     return results
+
+
+def _run_with_bptt(directions, mask, return_sequences):
+    """The loop under `tf.custom_gradient`; returns the flat outputs.
+
+    The state masks (recurrent dropout) are constants of the gradient.
+    """
+    differentiable, _ = _flatten_inputs([d._replace(state_mask=None) for d in directions])
+    specs = [directions_static(d._replace(state_mask=None)) for d in directions]
+    state_masks = [d.state_mask for d in directions]
+
+    @tf.custom_gradient
+    def recurrence(*flat_inputs):
+        dirs = [
+            d._replace(state_mask=m) for d, m in zip(_directions_from_flat(list(flat_inputs), specs), state_masks)
+        ]
+        sequences, final_states, memory = _forward_loop(dirs, mask, return_sequences, keep_for_bptt=True)
+
+        def grad(*d_flat_out):
+            return _backward_loop(dirs, mask, return_sequences, memory, list(d_flat_out))
+
+        return _flatten_outputs(sequences, final_states, return_sequences), grad
+
+    return recurrence(*differentiable)
 
 
 def _split_output_grads(directions, return_sequences, d_flat_out):
