@@ -18,6 +18,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_birnn.recurrence import xla_disabled
+
 SIGNATURE_DEFAULT = "serving_default"
 SIGNATURE_UNPADDED = "serving_unpadded"
 INPUTS_KEY = "inputs"
@@ -97,8 +99,9 @@ def export_saved_model(
     signature that silently ignores `lengths`.
 
     The written graph is checked: ops in `FORBIDDEN_OPS` (Python callbacks,
-    cuDNN-only kernels) or ops unknown to core TensorFlow make the export
-    fail. The version folder appears atomically (written under a temporary
+    cuDNN-only kernels), ops unknown to core TensorFlow, or functions that
+    must be XLA-compiled make the export fail. The recurrences trace as plain
+    `While` loops (`recurrence.xla_disabled()`), so serving needs no XLA JIT. The version folder appears atomically (written under a temporary
     name, then renamed), so a watching model server never sees half of it.
 
     Args:
@@ -139,7 +142,8 @@ def export_saved_model(
     archive = keras.export.ExportArchive()
     archive.track(model)
     inputs_spec = tf.TensorSpec(spec.shape, spec.dtype, name=INPUTS_KEY)
-    with _quiet_model_mask_warning(model):
+    # The loops trace as plain TF graphs, not XLA clusters: serving needs no JIT.
+    with _quiet_model_mask_warning(model), xla_disabled():
         if lengths_input:
             marker = _padding_marker(model)
             lengths_spec = tf.TensorSpec([None], tf.int32, name=LENGTHS_KEY)
@@ -195,23 +199,40 @@ def next_version(export_dir) -> int:
     return max(versions, default=0) + 1
 
 
-def saved_model_op_types(saved_model_dir) -> Set[str]:
-    """Every op type in a SavedModel: its graphs and their function libraries."""
+def _read_saved_model(saved_model_dir):
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(os.fspath(saved_model_dir), "saved_model.pb"), "rb") as f:
         proto.ParseFromString(f.read())
+    return proto
+
+
+def saved_model_op_types(saved_model_dir) -> Set[str]:
+    """Every op type in a SavedModel: its graphs and their function libraries."""
     ops = set()
-    for meta_graph in proto.meta_graphs:
+    for meta_graph in _read_saved_model(saved_model_dir).meta_graphs:
         ops.update(node.op for node in meta_graph.graph_def.node)
         for function in meta_graph.graph_def.library.function:
             ops.update(node.op for node in function.node_def)
     return ops
 
 
+def saved_model_xla_functions(saved_model_dir) -> Set[str]:
+    """Functions (or calls) of a SavedModel marked `_XlaMustCompile`: they need XLA's JIT."""
+    names = set()
+    for meta_graph in _read_saved_model(saved_model_dir).meta_graphs:
+        nodes = [("graph", node) for node in meta_graph.graph_def.node]
+        for function in meta_graph.graph_def.library.function:
+            if function.attr["_XlaMustCompile"].b:
+                names.add(function.signature.name)
+            nodes += [(function.signature.name, node) for node in function.node_def]
+        names.update(f"{where}/{node.name}" for where, node in nodes if node.attr["_XlaMustCompile"].b)
+    return names
+
+
 def check_graph_ops(saved_model_dir) -> Set[str]:
-    """Raises ValueError for forbidden or non-core ops; returns the op types."""
+    """Raises ValueError for forbidden, non-core or XLA-compiled ops; returns the op types."""
     from tensorflow.python.framework import op_def_registry
 
     ops = saved_model_op_types(saved_model_dir)
@@ -225,6 +246,12 @@ def check_graph_ops(saved_model_dir) -> Set[str]:
     unknown = sorted(op for op in ops if op_def_registry.get(op) is None)
     if unknown:
         raise ValueError(f"The exported graph holds ops unknown to core TensorFlow: {unknown}.")
+    compiled = sorted(saved_model_xla_functions(saved_model_dir))
+    if compiled:
+        raise ValueError(
+            f"The exported graph holds XLA-compiled functions {compiled[:5]}; serving them "
+            "needs XLA's JIT. Export with keras_birnn.recurrence.xla_disabled() active."
+        )
     return ops
 
 

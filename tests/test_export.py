@@ -22,6 +22,7 @@ from keras_birnn.export import (
     LENGTHS_KEY,
     SIGNATURE_DEFAULT,
     SIGNATURE_UNPADDED,
+    check_graph_ops,
     next_version,
 )
 from test_case import REPO, run_python
@@ -107,7 +108,7 @@ from tensorflow.python.framework import op_def_registry
 
 data = np.load(sys.argv[1])
 dirs = json.loads(sys.argv[2])
-report = {"max_diff": {}, "ops": {}, "unregistered": {}, "signatures": {}}
+report = {"max_diff": {}, "ops": {}, "unregistered": {}, "signatures": {}, "xla_compiled": {}}
 for kind, path in dirs.items():
     loaded = tf.saved_model.load(path)
     report["signatures"][kind] = {
@@ -127,26 +128,74 @@ for kind, path in dirs.items():
     proto = saved_model_pb2.SavedModel()
     with open(path + "/saved_model.pb", "rb") as f:
         proto.ParseFromString(f.read())
-    ops = set()
+    ops, xla = set(), []
     for graph in proto.meta_graphs:
         ops.update(node.op for node in graph.graph_def.node)
+        xla += [n.name for n in graph.graph_def.node if n.attr["_XlaMustCompile"].b]
         for function in graph.graph_def.library.function:
             ops.update(node.op for node in function.node_def)
+            xla += [function.signature.name] if function.attr["_XlaMustCompile"].b else []
+            xla += [n.name for n in function.node_def if n.attr["_XlaMustCompile"].b]
     report["ops"][kind] = sorted(ops)
+    report["xla_compiled"][kind] = xla
     report["unregistered"][kind] = sorted(op for op in ops if op_def_registry.get(op) is None)
 report["keras_birnn_imported"] = any(m.split(".")[0] == "keras_birnn" for m in sys.modules)
 print(json.dumps(report))
 """
 
 
+def _saved_model_cli_cmd(*args):
+    exe = shutil.which("saved_model_cli")
+    cmd = [exe] if exe else [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
+    return cmd + list(args)
+
+
 @pytest.fixture(scope="module")
-def served(exported):
+def processes(exported, tmp_path_factory):
+    """The serving process and the saved_model_cli calls, run side by side.
+
+    Returns {name: stdout}; each must exit 0. Running them at once keeps the
+    file fast: each is mostly TensorFlow's import time.
+    """
     root, dirs = exported
-    code = (
-        "import sys; sys.argv = ['serve', %r, %r]\n" % (str(root / "cases.npz"), json.dumps(dirs))
-        + SERVER
-    )
-    return json.loads(run_python(code).strip().splitlines()[-1])
+    data = np.load(root / "cases.npz")
+    commands = {
+        "show": _saved_model_cli_cmd("show", "--all", "--dir", dirs["tagger"]),
+    }
+    for kind in ("tagger", "classifier"):
+        x, lengths = data[f"{kind}_a_x"], data[f"{kind}_a_lengths"]
+        outdir = tmp_path_factory.mktemp(f"cli_{kind}")
+        commands[f"run_{kind}"] = _saved_model_cli_cmd(
+            "run", "--dir", dirs[kind], "--tag_set", "serve", "--signature_def", "serving_default",
+            "--input_exprs", f"inputs={x.tolist()!r};lengths={lengths.tolist()!r}",
+            "--outdir", str(outdir),
+        )
+        commands[f"outdir_{kind}"] = str(outdir)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    running = {
+        name: subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name, cmd in commands.items() if not name.startswith("outdir_")
+    }
+    # Meanwhile the server: a fresh process that must never import keras_birnn.
+    argv = ["serve", str(root / "cases.npz"), json.dumps(dirs)]
+    try:
+        results = {"server": run_python(f"import sys; sys.argv = {argv!r}\n" + SERVER)}
+        for name, proc in running.items():
+            stdout, stderr = proc.communicate(timeout=300)
+            assert proc.returncode == 0, (name, stderr[-3000:])
+            results[name] = stdout
+    finally:
+        for proc in running.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    results.update({k: v for k, v in commands.items() if k.startswith("outdir_")})
+    return results
+
+
+@pytest.fixture(scope="module")
+def served(processes):
+    return json.loads(processes["server"].strip().splitlines()[-1])
 
 
 def test_server_process_never_imports_keras_birnn(served):
@@ -176,23 +225,15 @@ def test_graph_has_only_registered_core_ops_and_no_forbidden_ones(served, kind):
     assert {"PyFunc", "EagerPyFunc", "PyFuncStateless", "CudnnRNN", "CudnnRNNV3"} <= FORBIDDEN_OPS
     assert not any(op.startswith("Cudnn") for op in ops)
     assert served["unregistered"][kind] == []
+    # Plain graph loops: nothing needs XLA's JIT to serve.
+    assert served["xla_compiled"][kind] == []
     # The recurrence is a graph loop, the merge a matmul: the graph is the model.
     assert ops & {"While", "StatelessWhile"}
     assert "MatMul" in ops or "Einsum" in ops
 
 
-def _saved_model_cli(*args):
-    exe = shutil.which("saved_model_cli")
-    cmd = [exe] if exe else [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run(cmd + list(args), cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
-
-
-def test_saved_model_cli_show_all(exported):
-    _, dirs = exported
-    out = _saved_model_cli("show", "--all", "--dir", dirs["tagger"])
+def test_saved_model_cli_show_all(processes):
+    out = processes["show"]
     for needle in (
         "signature_def['serving_default']", "signature_def['serving_unpadded']",
         "inputs['inputs']", "inputs['lengths']", "outputs['outputs']",
@@ -202,17 +243,12 @@ def test_saved_model_cli_show_all(exported):
 
 
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
-def test_saved_model_cli_run_matches_keras(exported, tmp_path, kind):
-    root, dirs = exported
-    data = np.load(root / "cases.npz")
-    x, lengths = data[f"{kind}_a_x"], data[f"{kind}_a_lengths"]
-    exprs = f"inputs={x.tolist()!r};lengths={lengths.tolist()!r}"
-    _saved_model_cli(
-        "run", "--dir", dirs[kind], "--tag_set", "serve", "--signature_def", "serving_default",
-        "--input_exprs", exprs, "--outdir", str(tmp_path),
-    )
+def test_saved_model_cli_run_matches_keras(exported, processes, kind):
+    root, _ = exported
+    assert "Result for output key outputs" in processes[f"run_{kind}"]
+    written = np.load(os.path.join(processes[f"outdir_{kind}"], "outputs.npy"))
     np.testing.assert_allclose(
-        np.load(tmp_path / "outputs.npy"), data[f"{kind}_a_padded"], atol=1e-5, rtol=1e-5
+        written, np.load(root / "cases.npz")[f"{kind}_a_padded"], atol=1e-5, rtol=1e-5
     )
 
 
@@ -279,3 +315,28 @@ def test_lengths_need_a_sequence_input(tmp_path):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="lengths_input=False"):
         kb.export_saved_model(model, str(tmp_path / "x"))
+
+
+def test_graph_check_rejects_python_callbacks_and_xla_clusters(tmp_path):
+    class PyCallback(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def serve(self, x):
+            return tf.numpy_function(lambda v: 2 * v, [x], tf.float32)
+
+    class Compiled(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)], jit_compile=True)
+        def serve(self, x):
+            return 2 * x
+
+    class Plain(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+        def serve(self, x):
+            return 2 * x
+
+    for name, module, message in (("py", PyCallback(), "PyFunc"), ("xla", Compiled(), "XLA")):
+        tf.saved_model.save(module, str(tmp_path / name), signatures=module.serve)
+        with pytest.raises(ValueError, match=message):
+            check_graph_ops(str(tmp_path / name))
+    module = Plain()
+    tf.saved_model.save(module, str(tmp_path / "plain"), signatures=module.serve)
+    assert {"Mul", "Placeholder"} <= check_graph_ops(str(tmp_path / "plain"))
