@@ -10,12 +10,20 @@ Masked steps carry the state unchanged and output zeros, which is exact for
 right padding, left padding and holes alike, in both directions: a backward
 direction simply meets a row's padding before its valid steps.
 
+Each step projects its own input (`x_t W + b`) inside the loop rather than
+projecting the whole sequence up front: under XLA a hoisted projection made
+the loop about twice as slow (the per-step slice of the big projected
+buffer is fused into the gate arithmetic, which then runs unvectorised;
+measured in benchmarks/README.md), and without XLA it gained nothing.
+
 Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
 seed 001 instead of autodiff through `tf.while_loop`. The forward loop keeps
-only each step's incoming states and its recurrent matmul's result; one
-reverse loop then walks every direction back over time (the forward
-direction from the last step to the first, the backward one from the first
-to the last) and sums the shared weights' gradients over time.
+only each step's projected input, incoming states and what the cell's step
+maths save; one reverse loop then walks every direction back over time (the
+forward direction from the last step to the first, the backward one from the
+first to the last) and sums the recurrent weights' gradients over time. The
+input weights' and inputs' gradients are then single large matmuls outside
+the loop.
 """
 
 import contextlib
@@ -30,9 +38,9 @@ class Direction(NamedTuple):
 
     Attributes:
         math: The cell's step maths (`forward` and `backward`).
-        projected: `[batch, time, width]`, each step's input projection.
-        recurrent_kernel, recurrent_bias: The weights the step maths use
-            (bias may be None).
+        inputs: `[batch, time, features]`, padding already zeroed.
+        kernel, input_bias: Input projection `x_t kernel + input_bias`.
+        recurrent_kernel, recurrent_bias: The weights the step maths use.
         initial_states: list of `[batch, units]` tensors.
         reverse: Iterate from the last step to the first; outputs stay
             aligned with the input positions.
@@ -40,7 +48,9 @@ class Direction(NamedTuple):
     """
 
     math: Any
-    projected: tf.Tensor
+    inputs: tf.Tensor
+    kernel: tf.Tensor
+    input_bias: Optional[tf.Tensor]
     recurrent_kernel: tf.Tensor
     recurrent_bias: Optional[tf.Tensor]
     initial_states: Sequence[tf.Tensor]
@@ -51,6 +61,9 @@ class Direction(NamedTuple):
 class DirectionResult(NamedTuple):
     outputs: Optional[tf.Tensor]  # [batch, time, units], zeros where masked
     final_states: List[tf.Tensor]
+
+
+_DIFFERENTIABLE = ("inputs", "kernel", "input_bias", "recurrent_kernel", "recurrent_bias")
 
 
 def run(
@@ -65,19 +78,15 @@ def run(
         directions: The recurrences; all share batch and time sizes.
         mask: Optional bool `[batch, time]`.
         return_sequences: Collect per-step outputs (else only final states).
-        bptt: Differentiate with the hand-written BPTT (for training);
-            otherwise TensorFlow differentiates the loop itself if asked.
+        bptt: Keep what the hand-written BPTT needs during the forward loop
+            (training). Without it a gradient is still exact, at the price
+            of running the forward loop again.
     """
-    flat, layout = _flatten_inputs(directions)
-    static = (tuple(directions_static(d) for d in directions), mask is not None, return_sequences, bptt)
+    static = (tuple(_static(d) for d in directions), mask is not None, return_sequences, bptt)
     runner = _compiled_runner(static) if _XLA.enabled else _runner(static)
-    flat_out = runner(flat, mask if mask is not None else tf.zeros([0], tf.bool))
+    no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
+    flat_out = runner(_flatten(directions), mask if mask is not None else no_mask)
     return _unflatten_outputs(flat_out, directions, return_sequences)
-
-
-def directions_static(d: Direction) -> tuple:
-    """What a compiled loop is specialised on: everything but tensor values."""
-    return (d.math, d.reverse, d.recurrent_bias is not None, len(d.initial_states), d.state_mask is not None)
 
 
 class _XLA:
@@ -95,16 +104,44 @@ def xla_disabled():
         _XLA.enabled = previous
 
 
+def _static(d: Direction) -> tuple:
+    """What a compiled loop is specialised on: everything but tensor values."""
+    present = tuple(getattr(d, name) is not None for name in _DIFFERENTIABLE + ("state_mask",))
+    return (d.math, d.reverse, len(d.initial_states), present)
+
+
+def _flatten(directions) -> list:
+    flat = []
+    for d in directions:
+        flat.extend(getattr(d, name) for name in _DIFFERENTIABLE if getattr(d, name) is not None)
+        flat.extend(d.initial_states)
+        if d.state_mask is not None:
+            flat.append(d.state_mask)
+    return flat
+
+
+def _unflatten(flat, specs) -> List[Direction]:
+    rebuilt, pos = [], 0
+    for math, reverse, n_states, present in specs:
+        fields = {}
+        for name, there in zip(_DIFFERENTIABLE, present):
+            fields[name] = flat[pos] if there else None
+            pos += int(there)
+        states = list(flat[pos : pos + n_states])
+        pos += n_states
+        state_mask = None
+        if present[-1]:
+            state_mask, pos = flat[pos], pos + 1
+        rebuilt.append(Direction(math, initial_states=states, reverse=reverse, state_mask=state_mask, **fields))
+    return rebuilt
+
+
 def _runner(static):
     specs, has_mask, return_sequences, bptt = static
 
     def run_flat(flat, mask):
-        dirs = _directions_from_flat(list(flat), specs)
-        mask = mask if has_mask else None
-        if bptt:
-            return _run_with_bptt(dirs, mask, return_sequences)
-        sequences, final_states, _ = _forward_loop(dirs, mask, return_sequences, keep_for_bptt=False)
-        return _flatten_outputs(sequences, final_states, return_sequences)
+        directions = _unflatten(list(flat), specs)
+        return _run_with_bptt(directions, mask if has_mask else None, return_sequences, keep=bptt)
 
     return run_flat
 
@@ -120,89 +157,66 @@ def _time_index(direction: Direction, i, steps):
     return steps - 1 - i if direction.reverse else i
 
 
+def _project(direction: Direction, x_t):
+    projected = tf.matmul(x_t, direction.kernel)
+    return projected if direction.input_bias is None else projected + direction.input_bias
+
+
+def _array(like, steps):
+    return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
+
+
 def _forward_loop(directions, mask, return_sequences, keep_for_bptt):
     """The loop itself. With `keep_for_bptt`, also returns per direction the
-    time-major stacks of incoming states and of the step maths' `saved`."""
-    time_major = [tf.transpose(d.projected, [1, 0, 2]) for d in directions]
-    steps = tf.shape(time_major[0])[0]
+    time-major stacks (projected inputs, incoming states, step maths' saved)."""
+    inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
+    steps = tf.shape(inputs_tm[0])[0]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
 
-    def array(like):
-        return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
+    def step(k, d, t, states):
+        projected = _project(d, inputs_tm[k][t])
+        stepped, saved = d.math.forward(projected, states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
+        emitted = stepped[0]
+        if mask_tm is not None:
+            valid = mask_tm[t]
+            stepped = [tf.where(valid, s, old) for s, old in zip(stepped, states)]
+            emitted = tf.where(valid, emitted, tf.zeros_like(emitted))
+        return stepped, emitted, [projected, saved] + list(states)
 
-    outputs = [array(d.initial_states[0]) for d in directions] if return_sequences else []
-    kept = []
-    if keep_for_bptt:
-        kept = [[array(s) for s in d.initial_states] for d in directions]
-
-    def body(i, states, outputs, kept, saved):
-        new_states, new_outputs, new_kept, new_saved = [], [], [], []
+    def body(i, states, outputs, kept):
+        new_states, new_outputs, new_kept = [], [], []
         for k, d in enumerate(directions):
             t = _time_index(d, i, steps)
-            stepped, step_saved = d.math.forward(
-                time_major[k][t], states[k], d.recurrent_kernel, d.recurrent_bias, d.state_mask
-            )
-            emitted = stepped[0]
-            if mask_tm is not None:
-                valid = mask_tm[t]
-                stepped = [tf.where(valid, s, old) for s, old in zip(stepped, states[k])]
-                emitted = tf.where(valid, emitted, tf.zeros_like(emitted))
+            stepped, emitted, memory = step(k, d, t, states[k])
             new_states.append(stepped)
             if outputs:
                 new_outputs.append(outputs[k].write(t, emitted))
             if kept:
-                new_kept.append([a.write(t, s) for a, s in zip(kept[k], states[k])])
-                new_saved.append(saved[k].write(t, step_saved))
-        return i + 1, new_states, new_outputs, new_kept, new_saved
+                new_kept.append([a.write(t, m) for a, m in zip(kept[k], memory)])
+        return i + 1, new_states, new_outputs, new_kept
 
-    saved = []
-    if keep_for_bptt:
-        saved = [_saved_array(d, steps) for d in directions]
-    _, final_states, outputs, kept, saved = tf.while_loop(
+    outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
+    kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
+    _, final_states, outputs, kept = tf.while_loop(
         lambda i, *_: i < steps,
         body,
-        (tf.constant(0), [list(d.initial_states) for d in directions], outputs, kept, saved),
+        (tf.constant(0), [list(d.initial_states) for d in directions], outputs, kept),
         maximum_iterations=steps,
     )
     sequences = [tf.transpose(o.stack(), [1, 0, 2]) for o in outputs] if outputs else [None] * len(directions)
-    memory = [([a.stack() for a in kept[k]], saved[k].stack()) for k in range(len(kept))]
+    memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
 
 
-def _saved_array(direction: Direction, steps):
-    # The step maths decide what they save; its width is that of the
-    # recurrent kernel's output.
-    width = direction.recurrent_kernel.shape[-1]
-    batch = direction.initial_states[0].shape[0]
-    return tf.TensorArray(direction.projected.dtype, size=steps, element_shape=[batch, width])
-
-
-def _flatten_inputs(directions):
-    flat, layout = [], []
-    for d in directions:
-        flat.extend([d.projected, d.recurrent_kernel])
-        if d.recurrent_bias is not None:
-            flat.append(d.recurrent_bias)
-        if d.state_mask is not None:
-            flat.append(d.state_mask)
-        flat.extend(d.initial_states)
-    return flat, layout
-
-
-def _directions_from_flat(flat, specs):
-    rebuilt, pos = [], 0
-    for math, reverse, has_bias, n_states, has_state_mask in specs:
-        projected, kernel = flat[pos], flat[pos + 1]
-        pos += 2
-        bias = state_mask = None
-        if has_bias:
-            bias, pos = flat[pos], pos + 1
-        if has_state_mask:
-            state_mask, pos = flat[pos], pos + 1
-        states = list(flat[pos : pos + n_states])
-        pos += n_states
-        rebuilt.append(Direction(math, projected, kernel, bias, states, reverse, state_mask))
-    return rebuilt
+def _memory_arrays(d: Direction, steps):
+    batch = d.initial_states[0].shape[0]
+    width = d.kernel.shape[-1]
+    saved_shape = [batch, d.math.saved_width(d.recurrent_kernel.shape[0])]
+    arrays = [
+        tf.TensorArray(d.inputs.dtype, size=steps, element_shape=[batch, width]),
+        tf.TensorArray(d.inputs.dtype, size=steps, element_shape=saved_shape),
+    ]
+    return arrays + [_array(s, steps) for s in d.initial_states]
 
 
 def _flatten_outputs(sequences, final_states, return_sequences):
@@ -224,28 +238,31 @@ def _unflatten_outputs(flat_out, directions, return_sequences):
     return results
 
 
-def _run_with_bptt(directions, mask, return_sequences):
+def _run_with_bptt(directions, mask, return_sequences, keep):
     """The loop under `tf.custom_gradient`; returns the flat outputs.
 
+    With `keep` (training) the forward loop keeps what BPTT needs; without it
+    (inference) it keeps nothing, and a gradient asked for anyway recomputes
+    the forward loop first. TensorFlow never differentiates the loop itself,
+    which also could not cross the boundary of an XLA-compiled function.
     The state masks (recurrent dropout) are constants of the gradient.
     """
-    differentiable, _ = _flatten_inputs([d._replace(state_mask=None) for d in directions])
-    specs = [directions_static(d._replace(state_mask=None)) for d in directions]
+    plain = [d._replace(state_mask=None) for d in directions]
+    specs = [_static(d) for d in plain]
     state_masks = [d.state_mask for d in directions]
 
     @tf.custom_gradient
     def recurrence(*flat_inputs):
-        dirs = [
-            d._replace(state_mask=m) for d, m in zip(_directions_from_flat(list(flat_inputs), specs), state_masks)
-        ]
-        sequences, final_states, memory = _forward_loop(dirs, mask, return_sequences, keep_for_bptt=True)
+        dirs = [d._replace(state_mask=m) for d, m in zip(_unflatten(list(flat_inputs), specs), state_masks)]
+        sequences, final_states, memory = _forward_loop(dirs, mask, return_sequences, keep_for_bptt=keep)
 
         def grad(*d_flat_out):
-            return _backward_loop(dirs, mask, return_sequences, memory, list(d_flat_out))
+            kept = memory if keep else _forward_loop(dirs, mask, return_sequences, keep_for_bptt=True)[2]
+            return _backward(dirs, mask, return_sequences, kept, list(d_flat_out))
 
         return _flatten_outputs(sequences, final_states, return_sequences), grad
 
-    return recurrence(*differentiable)
+    return recurrence(*_flatten(plain))
 
 
 def _split_output_grads(directions, return_sequences, d_flat_out):
@@ -263,61 +280,73 @@ def _split_output_grads(directions, return_sequences, d_flat_out):
     return per_direction
 
 
+def _backward(directions, mask, return_sequences, memory, d_flat_out):
+    """Seed 001's BPTT, then the input projection's gradient in bulk."""
+    d_projected, d_recurrent, d_initial = _backward_loop(directions, mask, return_sequences, memory, d_flat_out)
+    grads = []
+    for d, d_p, (d_kernel, d_bias), d_init in zip(directions, d_projected, d_recurrent, d_initial):
+        inputs_tm = tf.transpose(d.inputs, [1, 0, 2])
+        features, width = tf.shape(inputs_tm)[-1], tf.shape(d_p)[-1]
+        flat_x, flat_dp = tf.reshape(inputs_tm, [-1, features]), tf.reshape(d_p, [-1, width])
+        d_inputs = tf.reshape(tf.matmul(flat_dp, d.kernel, transpose_b=True), tf.shape(inputs_tm))
+        grads.append(tf.transpose(d_inputs, [1, 0, 2]))
+        grads.append(tf.matmul(flat_x, flat_dp, transpose_a=True))
+        if d.input_bias is not None:
+            grads.append(tf.reduce_sum(flat_dp, axis=0))
+        grads.append(d_kernel)
+        if d.recurrent_bias is not None:
+            grads.append(d_bias)
+        grads.extend(d_init)
+    return grads
+
+
 def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
-    """Seed 001's BPTT: each direction walks back over its own time order."""
-    steps = tf.shape(directions[0].projected)[1]
+    """Each direction walks back over its own time order; returns time-major
+    gradients of the projected inputs, the recurrent weights' gradients
+    summed over time, and the initial states' gradients."""
+    steps = tf.shape(directions[0].inputs)[1]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
-    d_seq_tm = [
-        None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads
-    ]
-    projected_tm = [tf.transpose(d.projected, [1, 0, 2]) for d in directions]
+    d_seq_tm = [None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads]
+
+    def step(k, d, t, d_state):
+        d_new = list(d_state)
+        if d_seq_tm[k] is not None:
+            d_new[0] = d_new[0] + d_seq_tm[k][t]
+        valid = None if mask_tm is None else mask_tm[t]
+        if valid is not None:
+            d_new = [tf.where(valid, g, tf.zeros_like(g)) for g in d_new]
+        projected, saved, *incoming = [m[t] for m in memory[k]]
+        d_p, d_prev, d_kernel, d_bias = d.math.backward(
+            projected, incoming, saved, d.recurrent_kernel, d.recurrent_bias, d.state_mask, d_new
+        )
+        if valid is not None:
+            # A masked step passed its state through: so does its gradient.
+            d_prev = [tf.where(valid, g, old) for g, old in zip(d_prev, d_state)]
+        return d_p, d_prev, d_kernel, d_bias
 
     def body(i, d_states, d_projected, d_kernels, d_biases):
         out = ([], [], [], [])
         for k, d in enumerate(directions):
             t = steps - 1 - i if not d.reverse else i
-            d_new = list(d_states[k])
-            if d_seq_tm[k] is not None:
-                d_new[0] = d_new[0] + d_seq_tm[k][t]
-            valid = None if mask_tm is None else mask_tm[t]
-            if valid is not None:
-                d_new = [tf.where(valid, g, tf.zeros_like(g)) for g in d_new]
-            incoming, saved = memory[k]
-            d_p, d_prev, d_kernel, d_bias = d.math.backward(
-                projected_tm[k][t], [s[t] for s in incoming], saved[t],
-                d.recurrent_kernel, d.recurrent_bias, d.state_mask, d_new,
-            )
-            if valid is not None:
-                # A masked step passed its state through: so does its gradient.
-                d_prev = [tf.where(valid, g, old) for g, old in zip(d_prev, d_states[k])]
+            d_p, d_prev, d_kernel, d_bias = step(k, d, t, d_states[k])
             out[0].append(d_prev)
             out[1].append(d_projected[k].write(t, d_p))
             out[2].append(d_kernels[k] + d_kernel)
             out[3].append(d_biases[k] if d_bias is None else d_biases[k] + d_bias)
         return (i + 1,) + out
 
-    d_states = [final for _, final in output_grads]
-    d_projected = [
-        tf.TensorArray(d.projected.dtype, size=steps, element_shape=projected_tm[k].shape[1:])
-        for k, d in enumerate(directions)
-    ]
+    d_projected = [tf.TensorArray(d.inputs.dtype, size=steps, element_shape=memory[k][0].shape[1:])
+                   for k, d in enumerate(directions)]
     d_kernels = [tf.zeros_like(d.recurrent_kernel) for d in directions]
     d_biases = [
-        tf.zeros_like(d.recurrent_bias) if d.recurrent_bias is not None else tf.zeros([], d.projected.dtype)
+        tf.zeros_like(d.recurrent_bias) if d.recurrent_bias is not None else tf.zeros([], d.inputs.dtype)
         for d in directions
     ]
     _, d_states, d_projected, d_kernels, d_biases = tf.while_loop(
         lambda i, *_: i < steps,
         body,
-        (tf.constant(0), d_states, d_projected, d_kernels, d_biases),
+        (tf.constant(0), [final for _, final in output_grads], d_projected, d_kernels, d_biases),
         maximum_iterations=steps,
     )
-    grads = []
-    for k, d in enumerate(directions):
-        grads.append(tf.transpose(d_projected[k].stack(), [1, 0, 2]))
-        grads.append(d_kernels[k])
-        if d.recurrent_bias is not None:
-            grads.append(d_biases[k])
-        grads.extend(d_states[k])
-    return grads
+    return [a.stack() for a in d_projected], list(zip(d_kernels, d_biases)), d_states

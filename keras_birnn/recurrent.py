@@ -133,7 +133,13 @@ class Recurrent(keras.layers.Layer):
                 f"Layer {self.name!r} expects inputs of rank 3 [batch, time, features], "
                 f"received shape {tuple(input_shape)}."
             )
-        self.cell.build(input_shape)
+        if not self.cell.built:
+            self.cell.build(input_shape)
+        elif self.cell.input_dim != input_shape[-1]:
+            raise ValueError(
+                f"The cell of layer {self.name!r} was built for {self.cell.input_dim} features, "
+                f"received input shape {tuple(input_shape)}."
+            )
         if self.boundary is not None:
             self.boundary.build()
         self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: self.cell.input_dim})
@@ -173,10 +179,11 @@ class Recurrent(keras.layers.Layer):
         input_mask, state_mask = cell.dropout_masks(batch_size, dtype, training)
         if input_mask is not None:
             inputs = inputs * input_mask[:, None, :]
-        projected = cell.input_projection(inputs, weights["kernel"], weights["input_bias"])
         return recurrence.Direction(
             math=cell.step_math(),
-            projected=projected,
+            inputs=inputs,
+            kernel=weights["kernel"],
+            input_bias=weights["input_bias"],
             recurrent_kernel=weights["recurrent_kernel"],
             recurrent_bias=weights["recurrent_bias"],
             initial_states=self.initial_states(batch_size, dtype, initial_state),

@@ -18,6 +18,11 @@ class SimpleRNNMath(NamedTuple):
 
     activation: object
 
+    @staticmethod
+    def saved_width(units: int) -> int:
+        """Width of what `forward` saves per step for `backward`."""
+        return units
+
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h_in = states[0] if state_mask is None else states[0] * state_mask
         recurrent = tf.matmul(h_in, recurrent_kernel)
