@@ -168,7 +168,8 @@ def _array(like, steps):
 
 def _forward_loop(directions, mask, return_sequences, keep_for_bptt):
     """The loop itself. With `keep_for_bptt`, also returns per direction the
-    time-major stacks (projected inputs, incoming states, step maths' saved)."""
+    time-major stacks of what the step maths saved and of the incoming states
+    (the projected inputs are cheaper to recompute than to keep)."""
     inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
@@ -181,7 +182,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt):
             valid = mask_tm[t]
             stepped = [tf.where(valid, s, old) for s, old in zip(stepped, states)]
             emitted = tf.where(valid, emitted, tf.zeros_like(emitted))
-        return stepped, emitted, [projected, saved] + list(states)
+        return stepped, emitted, [saved] + list(states)
 
     def body(i, states, outputs, kept):
         new_states, new_outputs, new_kept = [], [], []
@@ -210,13 +211,9 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt):
 
 def _memory_arrays(d: Direction, steps):
     batch = d.initial_states[0].shape[0]
-    width = d.kernel.shape[-1]
     saved_shape = [batch, d.math.saved_width(d.recurrent_kernel.shape[0])]
-    arrays = [
-        tf.TensorArray(d.inputs.dtype, size=steps, element_shape=[batch, width]),
-        tf.TensorArray(d.inputs.dtype, size=steps, element_shape=saved_shape),
-    ]
-    return arrays + [_array(s, steps) for s in d.initial_states]
+    saved = tf.TensorArray(d.inputs.dtype, size=steps, element_shape=saved_shape)
+    return [saved] + [_array(s, steps) for s in d.initial_states]
 
 
 def _flatten_outputs(sequences, final_states, return_sequences):
@@ -308,6 +305,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads]
+    inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
 
     def step(k, d, t, d_state):
         d_new = list(d_state)
@@ -316,9 +314,9 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         valid = None if mask_tm is None else mask_tm[t]
         if valid is not None:
             d_new = [tf.where(valid, g, tf.zeros_like(g)) for g in d_new]
-        projected, saved, *incoming = [m[t] for m in memory[k]]
+        saved, *incoming = [m[t] for m in memory[k]]
         d_p, d_prev, d_kernel, d_bias = d.math.backward(
-            projected, incoming, saved, d.recurrent_kernel, d.recurrent_bias, d.state_mask, d_new
+            _project(d, inputs_tm[k][t]), incoming, saved, d.recurrent_kernel, d.recurrent_bias, d.state_mask, d_new
         )
         if valid is not None:
             # A masked step passed its state through: so does its gradient.
@@ -336,8 +334,10 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
             out[3].append(d_biases[k] if d_bias is None else d_biases[k] + d_bias)
         return (i + 1,) + out
 
-    d_projected = [tf.TensorArray(d.inputs.dtype, size=steps, element_shape=memory[k][0].shape[1:])
-                   for k, d in enumerate(directions)]
+    d_projected = [
+        tf.TensorArray(d.inputs.dtype, size=steps, element_shape=[d.inputs.shape[0], d.kernel.shape[-1]])
+        for d in directions
+    ]
     d_kernels = [tf.zeros_like(d.recurrent_kernel) for d in directions]
     d_biases = [
         tf.zeros_like(d.recurrent_bias) if d.recurrent_bias is not None else tf.zeros([], d.inputs.dtype)

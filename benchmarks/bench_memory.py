@@ -1,0 +1,97 @@
+"""Peak memory of one training step against sequence length, ours vs Keras.
+
+Each (peer, T) runs in its own fresh process. The step runs once to compile
+(graph building and XLA compilation are one-time costs), then the kernel's
+peak-RSS counter is reset (`/proc/self/clear_refs`), the step runs again, and
+the figure is that run's peak resident memory minus the resident memory just
+before it: what a training step at that length costs, every step.
+
+    python benchmarks/bench_memory.py                       # T = 1k, 5k, 20k
+    python benchmarks/bench_memory.py --lengths 1000 2000   # other lengths
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+CHILD = r"""
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import keras, numpy as np, tensorflow as tf
+import keras_birnn as kb
+peer, cell, steps, batch, features, units = sys.argv[1:7]
+steps, batch, features, units = int(steps), int(batch), int(features), int(units)
+if peer == "keras_birnn":
+    layer = kb.Bidirectional({"gru": kb.GRUCell, "lstm": kb.LSTMCell}[cell](units), return_sequences=True)
+else:
+    layer = keras.layers.Bidirectional({"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}[cell](units, return_sequences=True))
+x = tf.random.normal([batch, steps, features])
+layer(x[:, :2])
+@tf.function
+def step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(layer(x, training=True)))
+    return tape.gradient(loss, layer.trainable_variables)
+def status_mb(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+[g.numpy() for g in step(x)]
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets VmHWM, the peak RSS
+before = status_mb("VmRSS")
+grads = [g.numpy() for g in step(x)]
+after = status_mb("VmHWM")
+assert all(np.isfinite(g).all() for g in grads)
+print(json.dumps({"before_mb": before, "after_mb": after}))
+"""
+
+
+def measure(peer, cell, steps, batch, features, units):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, peer, cell, str(steps), str(batch), str(features), str(units)],
+        capture_output=True, text=True, env=env, timeout=1800,
+    )
+    if done.returncode != 0:
+        return None, done.stderr.strip().splitlines()[-1][:120]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["after_mb"] - result["before_mb"], None
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1000, 5000, 20000])
+    parser.add_argument("--cells", nargs="+", default=["gru"])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--features", type=int, default=32)
+    parser.add_argument("--units", type=int, default=64)
+    parser.add_argument("--peers", nargs="+", default=["keras_birnn", "keras"])
+    args = parser.parse_args(argv)
+    print(f"peak memory of one training step (MB above the built model), batch {args.batch}, "
+          f"input {args.features}, hidden {args.units}")
+    for cell in args.cells:
+        rows = {}
+        for steps in args.lengths:
+            for peer in args.peers:
+                rows[(peer, steps)] = measure(peer, cell, steps, args.batch, args.features, args.units)
+                mb, err = rows[(peer, steps)]
+                per_step = "" if mb is None else f"{1024 * mb / steps:7.1f} KB/step"
+                print(f"{cell:5s} T={steps:6d} {peer:12s} "
+                      + (f"{mb:9.1f} MB {per_step}" if mb is not None else f"failed: {err}"), flush=True)
+        for steps in args.lengths:
+            ours, theirs = rows[("keras_birnn", steps)][0], rows.get(("keras", steps), (None,))[0]
+            if ours and theirs:
+                print(f"{cell:5s} T={steps:6d} ours/keras memory x{ours / theirs:.2f}")
+        shortest, longest = min(args.lengths), max(args.lengths)
+        for peer in args.peers:
+            low, high = rows[(peer, shortest)][0], rows[(peer, longest)][0]
+            if low is not None and high is not None and longest > shortest:
+                slope = 1024 * (high - low) / (longest - shortest)
+                print(f"{cell:5s} {peer:12s} growth {slope:6.1f} KB per step of T (T={shortest}..{longest})")
+
+
+if __name__ == "__main__":
+    main()
