@@ -12,6 +12,7 @@ from keras_birnn.bidirectional import Bidirectional, DirectionalProjection
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.export import export_saved_model
 from keras_birnn.recurrent import Recurrent
+from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
 
 __version__ = "0.1.0"
 
@@ -24,4 +25,8 @@ __all__ = [
     "Recurrent",
     "SimpleRNNCell",
     "export_saved_model",
+    "AttentionPooling",
+    "FinalStatePooling",
+    "MaskedMaxPooling",
+    "MaskedMeanPooling",
 ]
