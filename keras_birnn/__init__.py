@@ -13,6 +13,7 @@ from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.export import export_saved_model
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
+from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
 
 __version__ = "0.1.0"
 
@@ -29,4 +30,6 @@ __all__ = [
     "FinalStatePooling",
     "MaskedMaxPooling",
     "MaskedMeanPooling",
+    "StackedBidirectional",
+    "stacked_bidirectional",
 ]
