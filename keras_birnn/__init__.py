@@ -14,6 +14,7 @@ from keras_birnn.export import export_saved_model
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
 from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
+from keras_birnn import inspect  # noqa: E402  (kb.inspect.direction_norms, ...)
 
 __version__ = "0.1.0"
 
@@ -32,4 +33,5 @@ __all__ = [
     "MaskedMeanPooling",
     "StackedBidirectional",
     "stacked_bidirectional",
+    "inspect",
 ]
