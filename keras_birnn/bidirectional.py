@@ -205,7 +205,7 @@ class Bidirectional(keras.layers.Layer):
             merged = self.merge(forward.outputs, backward.outputs, mask)
         else:
             merged = self.merge(forward.final_states[0], backward.final_states[0], None)
-            merged = keras.tree.map_structure(lambda y: zero_empty_rows(y, mask), merged)
+            merged = keras.tree.map_structure(lambda y: zero_empty_rows(y, mask, inputs), merged)
         if not self.return_state:
             return merged
         outputs = list(merged) if self.merge_mode is None else [merged]

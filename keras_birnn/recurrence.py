@@ -85,7 +85,22 @@ def run(
     static = (tuple(_static(d) for d in directions), mask is not None, return_sequences, bptt)
     runner = _compiled_runner(static) if _XLA.enabled else _runner(static)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
-    flat_out = runner(_flatten(directions), mask if mask is not None else no_mask)
+
+    def loop():
+        return runner(_flatten(directions), mask if mask is not None else no_mask)
+
+    def no_steps():
+        # A zero-length sequence: nothing read, so the boundary states stand.
+        sequences = [tf.zeros_like(d.inputs[:, :, :1]) * d.initial_states[0][:, None, :] for d in directions]
+        return _flatten_outputs(sequences, [d.initial_states for d in directions], return_sequences)
+
+    # XLA cannot compile a loop body over a zero-length axis, so the empty
+    # case never reaches it (a static check eagerly, a tf.cond in graphs).
+    steps = directions[0].inputs.shape[1]
+    if steps is None:
+        flat_out = tf.cond(tf.shape(directions[0].inputs)[1] > 0, loop, no_steps)
+    else:
+        flat_out = loop() if steps > 0 else no_steps()
     return _unflatten_outputs(flat_out, directions, return_sequences)
 
 

@@ -201,7 +201,7 @@ class Recurrent(keras.layers.Layer):
         if self.return_sequences:
             output = result.outputs
         else:
-            output = zero_empty_rows(result.final_states[0], mask)
+            output = zero_empty_rows(result.final_states[0], mask, inputs)
         if self.return_state:
             return [output] + result.final_states
         return output
@@ -253,9 +253,12 @@ class Recurrent(keras.layers.Layer):
         return cls(**config)
 
 
-def zero_empty_rows(output, mask):
-    """Zeros the sequence-level output of rows that have no valid step."""
+def zero_empty_rows(output, mask, inputs):
+    """Zeros the sequence-level output of rows that have no valid step
+    (fully masked rows, or every row of a zero-length sequence)."""
     if mask is None:
-        return output
+        if inputs.shape[1] is not None and inputs.shape[1] > 0:
+            return output
+        return tf.where(tf.shape(inputs)[1] > 0, output, tf.zeros_like(output))
     has_steps = tf.reduce_any(mask, axis=1, keepdims=True)
     return tf.where(has_steps, output, tf.zeros_like(output))
