@@ -140,7 +140,7 @@ class Recurrent(keras.layers.Layer):
                 f"The cell of layer {self.name!r} was built for {self.cell.input_dim} features, "
                 f"received input shape {tuple(input_shape)}."
             )
-        if self.boundary is not None:
+        if self.boundary is not None and not self.boundary.built:
             self.boundary.build()
         self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: self.cell.input_dim})
 
