@@ -262,20 +262,14 @@ def test_tagging_head_loss_and_metrics_exclude_padding():
     again = model.evaluate(tokens, scrambled, batch_size=B, verbose=0, return_dict=True)
     assert again == scores
 
+    initial = model.get_weights()
     history = model.fit(tokens, labels, batch_size=B, epochs=1, verbose=0, shuffle=False)
     np.testing.assert_allclose(history.history["loss"][0], loss, rtol=1e-5)
     np.testing.assert_allclose(history.history["accuracy"][0], accuracy, rtol=1e-6)
     after = model.predict(tokens, verbose=0)
     assert np_masked_scores(after, labels, MASK)[0] < loss  # the step lowered the masked loss
-
-
-def test_tagging_head_gradient_ignores_padded_labels():
-    tokens, labels = tagging_batch()
-    scrambled = np.where(MASK, labels, (labels + 2) % 5)
-    results = []
-    for y in (labels, scrambled):
-        keras.utils.set_random_seed(3)
-        model = tagger()
-        model.fit(tokens, y, batch_size=B, epochs=1, verbose=0, shuffle=False)
-        results.append(model.get_weights())
-    assert_all_close(results[0], results[1], atol=0, rtol=0)
+    # The same step with other labels at padded positions: the same weights.
+    stepped = model.get_weights()
+    model.set_weights(initial)
+    model.fit(tokens, scrambled, batch_size=B, epochs=1, verbose=0, shuffle=False)
+    assert_all_close(model.get_weights(), stepped, atol=0, rtol=0)
