@@ -273,3 +273,16 @@ def test_tagging_head_loss_and_metrics_exclude_padding():
     model.set_weights(initial)
     model.fit(tokens, scrambled, batch_size=B, epochs=1, verbose=0, shuffle=False)
     assert_all_close(model.get_weights(), stepped, atol=0, rtol=0)
+
+
+def test_sequence_heads_accept_the_merge_none_pair():
+    rng = np.random.default_rng(11)
+    h_f, h_b = (rng.uniform(-1, 1, (B, T, 2)).astype("float32") for _ in range(2))
+    both = np.concatenate([h_f, h_b], -1)
+    assert_all_close(kb.MaskedMeanPooling()([h_f, h_b], mask=[MASK, MASK]), np_mean(both, MASK), atol=1e-6)
+    assert_all_close(kb.MaskedMaxPooling()([h_f, h_b], mask=[MASK, MASK]), np_max(both, MASK), atol=0)
+    head = kb.AttentionPooling(3, return_weights=True)
+    pooled, weights = head([h_f, h_b], mask=[MASK, MASK])
+    expected, expected_weights = np_attention(both, MASK, *head.get_weights())
+    assert_all_close([pooled, weights], [expected, expected_weights], atol=1e-6)
+    assert head.compute_output_shape([(None, None, 2), (None, None, 2)]) == [(None, 4), (None, None)]
