@@ -120,9 +120,12 @@ def xla_disabled():
 
 
 def _static(d: Direction) -> tuple:
-    """What a compiled loop is specialised on: everything but tensor values."""
+    """What a compiled loop is specialised on: everything but tensor values
+    and the batch and time sizes. The weights' shapes are part of it, so a
+    function traced for several batch/time sizes relaxes only those."""
     present = tuple(getattr(d, name) is not None for name in _DIFFERENTIABLE + ("state_mask",))
-    return (d.math, d.reverse, len(d.initial_states), present)
+    shapes = (tuple(d.kernel.shape.as_list()), tuple(d.recurrent_kernel.shape.as_list()))
+    return (d.math, d.reverse, len(d.initial_states), present, shapes, d.inputs.dtype.name)
 
 
 def _flatten(directions) -> list:
@@ -137,7 +140,7 @@ def _flatten(directions) -> list:
 
 def _unflatten(flat, specs) -> List[Direction]:
     rebuilt, pos = [], 0
-    for math, reverse, n_states, present in specs:
+    for math, reverse, n_states, present, _, _ in specs:
         fields = {}
         for name, there in zip(_DIFFERENTIABLE, present):
             fields[name] = flat[pos] if there else None
@@ -239,13 +242,18 @@ def _flatten_outputs(sequences, final_states, return_sequences):
 
 
 def _unflatten_outputs(flat_out, directions, return_sequences):
+    """Splits the flat outputs per direction and restores their static shapes
+    (a compiled loop traced for several shapes only knows relaxed ones)."""
     results, pos = [], 0
     for d in directions:
+        state_shape = d.initial_states[0].shape
         seq = None
         if return_sequences:
             seq, pos = flat_out[pos], pos + 1
+            seq = tf.ensure_shape(seq, d.inputs.shape[:2].concatenate(state_shape[-1:]))
         n = len(d.initial_states)
-        results.append(DirectionResult(seq, list(flat_out[pos : pos + n])))
+        states = [tf.ensure_shape(s, i.shape) for s, i in zip(flat_out[pos : pos + n], d.initial_states)]
+        results.append(DirectionResult(seq, states))
         pos += n
     return results
 
