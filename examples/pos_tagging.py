@@ -1,0 +1,564 @@
+"""UPOS tagging on Universal Dependencies (CoNLL-U): unidirectional vs bidirectional.
+
+Every variant reads the same word representation: a word embedding
+(lower-cased vocabulary of the training file, words seen once go to the
+OOV bucket so that it gets trained) concatenated with a character-level
+encoder (characters -> Embedding -> kb.Bidirectional(kb.GRUCell) final
+states, one vector per word; within-word only, so it gives no sentence
+context). The sentence-level layer is what the variants compare:
+
+    gru      kb.Recurrent(kb.GRUCell(H)) + Dense softmax      (left to right only)
+    bigru    kb.Bidirectional(kb.GRUCell(H), merge_mode="projection", softmax)
+    bilstm   kb.Bidirectional(kb.LSTMCell(H), merge_mode="projection", softmax)
+    bilstm2  two stacked BiLSTMs (kb.stacked_bidirectional) + a softmax over the
+             top layer's concat, which is the projection merge's function
+
+The loss is masked (Embedding(mask_zero=True); the mask propagates to the
+output). Training runs a fixed number of epochs with a cosine learning
+rate decay (no early stopping, no model selection on dev), then reports
+UPOS accuracy on dev (and on test when given). The best variant is
+exported for TF Serving under `<out>/pos_tagger/1/`, vocabularies inside
+the graph:
+
+    serving_default(tokens: string [batch, time], "" = padding)
+        -> tags: string [batch, time] ("" at padding),
+           probabilities: float32 [batch, time, n_tags],
+           tag_ids: int32 [batch, time]
+
+Data: with no path flags it downloads UD English EWT r2.15 (train, dev,
+test) from the official UD GitHub repository with `keras.utils.get_file`.
+Any CoNLL-U files work:
+
+    python examples/pos_tagging.py \\
+        --train ../shared/data/ud_english_ewt/en_ewt-ud-train.conllu \\
+        --dev ../shared/data/ud_english_ewt/en_ewt-ud-dev.conllu
+    python examples/pos_tagging.py --quick --train ... --dev ...   # a minute
+
+Recurrent loops run as plain TensorFlow graphs here (`--xla` to compile
+them): with variable-length batches XLA compiles one program per shape,
+which cost more than it saved on CPU (measured: see the README).
+"""
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections import Counter
+from typing import Dict, List, Optional, Sequence
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+try:
+    import keras_birnn as kb
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import keras_birnn as kb  # noqa: E402
+from keras_birnn.datasets import read_conllu  # noqa: E402
+from keras_birnn.recurrence import xla_disabled  # noqa: E402
+
+UD_RELEASE = "r2.15"
+UD_URL = "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/{release}/{name}"
+EWT_FILES = {
+    "train": "en_ewt-ud-train.conllu",
+    "dev": "en_ewt-ud-dev.conllu",
+    "test": "en_ewt-ud-test.conllu",
+}
+VARIANTS = ("gru", "bigru", "bilstm", "bilstm2")
+BIDIRECTIONAL = ("bigru", "bilstm", "bilstm2")
+PAD, OOV = "", "[UNK]"
+
+
+# --- data ----------------------------------------------------------------------------
+
+
+def download_ewt(release: str = UD_RELEASE, cache_dir: Optional[str] = None) -> Dict[str, str]:
+    """Fetches UD English EWT (train, dev, test) with `keras.utils.get_file`;
+    returns local paths. Cached under `~/.keras/datasets/ud_english_ewt_<release>/`."""
+    paths = {}
+    for split, name in EWT_FILES.items():
+        paths[split] = keras.utils.get_file(
+            fname=name,
+            origin=UD_URL.format(release=release, name=name),
+            cache_dir=cache_dir,
+            cache_subdir=f"datasets/ud_english_ewt_{release}",
+        )
+    return paths
+
+
+def build_vocabularies(sentences, min_word_count: int = 2, min_char_count: int = 1):
+    """(words, chars, tags) from training sentences. Words are lower-cased
+    (the same UTF-8 lower-casing the graph applies); words seen fewer than
+    `min_word_count` times stay out, so that the OOV bucket is trained."""
+    tokens = [t for toks, _, _ in sentences for t in toks]
+    lowered = tf.strings.lower(tf.constant(tokens), encoding="utf-8").numpy()
+    word_counts = Counter(w.decode("utf-8") for w in lowered)
+    char_counts = Counter(c for t in tokens for c in t)
+    words = sorted(w for w, n in word_counts.items() if n >= min_word_count and w not in (PAD, OOV))
+    chars = sorted(c for c, n in char_counts.items() if n >= min_char_count and c not in (PAD, OOV))
+    tags = sorted({tag for _, upos, _ in sentences for tag in upos})
+    return words, chars, tags
+
+
+class TokenEncoder:
+    """Raw tokens to ids, in TensorFlow: used for the training data and
+    inside the exported graph, so both see exactly the same ids.
+
+    words: `tf.strings.lower` (UTF-8) then a StringLookup (0 = padding "",
+    1 = OOV). chars: `tf.strings.unicode_split`, at most `max_chars` per
+    word (longer words keep their first and last `max_chars // 2`
+    characters: prefixes and suffixes carry the morphology), then a
+    StringLookup (0 = padding, 1 = OOV).
+    """
+
+    def __init__(self, words: Sequence[str], chars: Sequence[str], max_chars: int = 16):
+        self.max_chars = int(max_chars)
+        self.word_lookup = keras.layers.StringLookup(
+            vocabulary=list(words), mask_token=PAD, num_oov_indices=1, name="word_lookup"
+        )
+        self.char_lookup = keras.layers.StringLookup(
+            vocabulary=list(chars), mask_token=PAD, num_oov_indices=1, name="char_lookup"
+        )
+
+    @property
+    def word_count(self) -> int:
+        return self.word_lookup.vocabulary_size()
+
+    @property
+    def char_count(self) -> int:
+        return self.char_lookup.vocabulary_size()
+
+    def __call__(self, tokens):
+        """tokens: string `[batch, time]`, "" = padding -> (word ids `[B, T]`,
+        char ids `[B, T, C]`, C = the longest kept word, at most max_chars)."""
+        tokens = tf.convert_to_tensor(tokens, tf.string)
+        word_ids = tf.cast(self.word_lookup(tf.strings.lower(tokens, encoding="utf-8")), tf.int32)
+        chars = tf.strings.unicode_split(tokens, "UTF-8")  # ragged [B, T, (L)]
+        lengths = tf.cast(chars.row_lengths(axis=2).to_tensor(), tf.int32)  # [B, T]
+        padded = chars.to_tensor(default_value=PAD)  # [B, T, Lmax]
+        longest = tf.shape(padded)[2]
+        c = self.max_chars
+        j = tf.range(c)
+        head = c // 2
+        long_word = (lengths > c)[..., None]
+        source = tf.where(long_word & (j >= head), lengths[..., None] - c + j, j)  # [B, T, C]
+        valid = j < lengths[..., None]
+        source = tf.minimum(source, tf.maximum(longest - 1, 0))
+        picked = tf.cond(
+            longest > 0,
+            lambda: tf.gather(padded, source, batch_dims=2),
+            lambda: tf.fill(tf.shape(source), PAD),
+        )
+        picked = tf.where(valid, picked, PAD)
+        width = tf.minimum(c, tf.reduce_max(tf.concat([tf.reshape(lengths, [-1]), [1]], 0)))
+        char_ids = tf.cast(self.char_lookup(picked[:, :, :width]), tf.int32)
+        return word_ids, char_ids
+
+
+def pad_tokens(sentences: Sequence[Sequence[str]]) -> np.ndarray:
+    """Right-pads token lists with "" into an object array `[N, T]`."""
+    width = max((len(s) for s in sentences), default=0)
+    out = np.full((len(sentences), max(width, 1)), PAD, dtype=object)
+    for i, s in enumerate(sentences):
+        out[i, : len(s)] = s
+    return out
+
+
+class EncodedSet:
+    """Sentences encoded once (ids per sentence), batched by length on demand."""
+
+    def __init__(self, sentences, encoder: TokenEncoder, tags: Sequence[str], chunk: int = 256):
+        tag_index = {t: i for i, t in enumerate(tags)}
+        self.tokens = [list(toks) for toks, _, _ in sentences]
+        self.labels = [np.array([tag_index.get(t, -1) for t in upos], np.int32) for _, upos, _ in sentences]
+        self.lengths = np.array([len(t) for t in self.tokens])
+        self.word_ids: List[np.ndarray] = []
+        self.char_ids: List[np.ndarray] = []
+        order = np.argsort(self.lengths, kind="stable")
+        words_by, chars_by = {}, {}
+        for start in range(0, len(order), chunk):
+            idx = order[start : start + chunk]
+            w, c = encoder(pad_tokens([self.tokens[i] for i in idx]))
+            w, c = w.numpy(), c.numpy()
+            for row, i in enumerate(idx):
+                n = self.lengths[i]
+                words_by[i], chars_by[i] = w[row, :n], c[row, :n]
+        self.word_ids = [words_by[i] for i in range(len(self.tokens))]
+        self.char_ids = [chars_by[i] for i in range(len(self.tokens))]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def batch(self, idx):
+        """Padded arrays for sentences `idx`: ((words [B,T], chars [B,T,C]), labels [B,T])."""
+        t = max(int(self.lengths[i]) for i in idx)
+        c = max(self.char_ids[i].shape[1] for i in idx)
+        words = np.zeros((len(idx), t), np.int32)
+        chars = np.zeros((len(idx), t, c), np.int32)
+        labels = np.zeros((len(idx), t), np.int32)
+        for row, i in enumerate(idx):
+            n, k = self.lengths[i], self.char_ids[i].shape[1]
+            words[row, :n], chars[row, :n, :k], labels[row, :n] = self.word_ids[i], self.char_ids[i], self.labels[i]
+        return (words, chars), labels
+
+    def batches(self, batch_size: int, rng: Optional[np.random.Generator] = None) -> list:
+        """Length-bucketed batches (little padding); with `rng`, the sort is
+        jittered and the batch order shuffled (a new draw per epoch)."""
+        keys = self.lengths.astype(float)
+        if rng is not None:
+            keys = keys + rng.uniform(0, 3, size=len(keys))
+        order = np.argsort(keys, kind="stable")
+        groups = [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+        if rng is not None:
+            rng.shuffle(groups)
+        return [self.batch(g) for g in groups]
+
+
+def dataset(batches) -> tf.data.Dataset:
+    spec = (
+        (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)),
+        tf.TensorSpec([None, None], tf.int32),
+    )
+    data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+    return data.apply(tf.data.experimental.assert_cardinality(len(batches)))
+
+
+# --- the model -------------------------------------------------------------------------
+
+
+class CharWordEncoder(keras.layers.Layer):
+    """chars `[B, T, C]` -> one vector per word `[B, T, 2 * units]`: the final
+    states of a kb.Bidirectional(kb.GRUCell) over each word's characters
+    (padding words, all-zero rows, give zeros)."""
+
+    def __init__(self, char_count: int, char_dim: int = 32, units: int = 32, **kwargs):
+        super().__init__(**kwargs)
+        self.char_count, self.char_dim, self.units = char_count, char_dim, units
+        self.embedding = keras.layers.Embedding(char_count, char_dim, name="char_embedding")
+        self.encoder = kb.Bidirectional(kb.GRUCell(units), name="char_bigru")
+
+    def build(self, input_shape):
+        self.embedding.build((None, None))
+        self.encoder.build((None, None, self.char_dim))
+
+    def call(self, chars):
+        shape = tf.shape(chars)
+        flat = tf.reshape(chars, [-1, shape[2]])  # one row per word
+        states = self.encoder(self.embedding(flat), mask=flat != 0)
+        return tf.reshape(states, [shape[0], shape[1], 2 * self.units])
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:2]) + (2 * self.units,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(char_count=self.char_count, char_dim=self.char_dim, units=self.units)
+        return config
+
+
+def _stacked_bilstm(hidden: int, dropout: float) -> keras.layers.Layer:
+    """Two BiLSTMs (concat between them): kb.stacked_bidirectional when the
+    package has it, else two kb.Bidirectional layers."""
+    if hasattr(kb, "stacked_bidirectional"):
+        return kb.stacked_bidirectional("lstm", units=(hidden, hidden), dropout=dropout, name="bilstm_stack")
+    return keras.Sequential(
+        [
+            kb.Bidirectional(kb.LSTMCell(hidden), return_sequences=True, name="bilstm_1"),
+            keras.layers.Dropout(dropout),
+            kb.Bidirectional(kb.LSTMCell(hidden), return_sequences=True, name="bilstm_2"),
+        ],
+        name="bilstm_stack",
+    )
+
+
+def build_tagger(
+    variant: str,
+    word_count: int,
+    char_count: int,
+    n_tags: int,
+    word_dim: int = 100,
+    char_dim: int = 32,
+    char_units: int = 48,
+    hidden: int = 128,
+    dropout: float = 0.33,
+) -> keras.Model:
+    """words `[B, T]` + chars `[B, T, C]` -> tag probabilities `[B, T, n_tags]`."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, received {variant!r}")
+    words = keras.Input((None,), dtype="int32", name="words")
+    chars = keras.Input((None, None), dtype="int32", name="chars")
+    embedded = keras.layers.Embedding(word_count, word_dim, mask_zero=True, name="word_embedding")(words)
+    spelled = CharWordEncoder(char_count, char_dim, char_units, name="char_encoder")(chars)
+    x = keras.layers.Concatenate(name="word_repr")([embedded, spelled])  # keeps the word mask
+    x = keras.layers.Dropout(dropout)(x)
+    head = dict(merge_mode="projection", projection_units=n_tags, projection_activation="softmax",
+                return_sequences=True)
+    if variant == "gru":
+        x = kb.Recurrent(kb.GRUCell(hidden), return_sequences=True, name="gru")(x)
+        x = keras.layers.Dropout(dropout)(x)
+        probs = keras.layers.Dense(n_tags, activation="softmax", name="tags")(x)
+    elif variant == "bigru":
+        probs = kb.Bidirectional(kb.GRUCell(hidden), name="bigru", **head)(x)
+    elif variant == "bilstm":
+        probs = kb.Bidirectional(kb.LSTMCell(hidden), name="bilstm", **head)(x)
+    else:
+        # A stack cannot end in the projection merge (it needs one tensor to
+        # stack on), so the head is a Dense on the top layer's concat:
+        # W [h_f; h_b] + c = V_f h_f + V_b h_b + c, the same function.
+        x = _stacked_bilstm(hidden, dropout)(x)
+        probs = keras.layers.Dense(n_tags, activation="softmax", name="tags")(x)
+    return keras.Model([words, chars], probs, name=f"{variant}_tagger")
+
+
+def predictor(model):
+    """`model` in inference mode as one graph for any batch and sizes (the
+    loops then run as graph while-loops, not op by op)."""
+    cached = getattr(model, "_example_predictor", None)
+    if cached is None:
+        spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)]
+        cached = tf.function(lambda words, chars: model((words, chars), training=False), input_signature=spec)
+        model._example_predictor = cached
+    return cached
+
+
+def predict_tags(model, encoded: EncodedSet, batch_size: int = 128) -> List[np.ndarray]:
+    """Predicted tag ids per sentence (length-sorted batches, then reordered)."""
+    out = [None] * len(encoded)
+    order = np.argsort(encoded.lengths, kind="stable")
+    for s in range(0, len(order), batch_size):
+        idx = order[s : s + batch_size]
+        (words, chars), _ = encoded.batch(idx)
+        probs = predictor(model)(words, chars).numpy()
+        for row, i in enumerate(idx):
+            out[i] = probs[row, : encoded.lengths[i]].argmax(-1)
+    return out
+
+
+def accuracy(model, encoded: EncodedSet, batch_size: int = 128) -> float:
+    predicted = predict_tags(model, encoded, batch_size)
+    hits = sum(int((p == y).sum()) for p, y in zip(predicted, encoded.labels))
+    return hits / max(int(encoded.lengths.sum()), 1)
+
+
+def mean_loss(model, batches) -> float:
+    """Masked mean cross-entropy per token (no dropout)."""
+    total, count = 0.0, 0
+    for (words, chars), labels in batches:
+        probs = predictor(model)(words, chars).numpy()
+        valid = words != 0
+        p = np.take_along_axis(probs, labels[..., None], axis=-1)[..., 0]
+        total += float(-np.log(np.maximum(p[valid], 1e-12)).sum())
+        count += int(valid.sum())
+    return total / max(count, 1)
+
+
+# --- export ------------------------------------------------------------------------------
+
+
+def export_tagger(model, encoder: TokenEncoder, tags: Sequence[str], export_dir: str, version: int = 1) -> str:
+    """Writes `export_dir/<version>/`: string tokens in, tag strings out.
+
+    The lookups (word and character vocabularies, tag names) live in the
+    graph; the loops are traced without XLA, and the written graph is
+    checked with `keras_birnn.export.check_graph_ops`.
+    """
+    from keras_birnn.export import check_graph_ops
+
+    tag_names = tf.constant([PAD] + list(tags))  # index 0: padding
+
+    def serve(tokens):
+        word_ids, char_ids = encoder(tokens)
+        probs = model((word_ids, char_ids), training=False)
+        valid = word_ids != 0
+        tag_ids = tf.where(valid, tf.argmax(probs, axis=-1, output_type=tf.int32), -1)
+        return {
+            "tags": tf.gather(tag_names, tag_ids + 1),
+            "tag_ids": tag_ids,
+            "probabilities": probs,
+        }
+
+    target = os.path.join(export_dir, str(version))
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.track(encoder.word_lookup)
+    archive.track(encoder.char_lookup)
+    with xla_disabled():
+        archive.add_endpoint(
+            "serving_default", serve, input_signature=[tf.TensorSpec([None, None], tf.string, name="tokens")]
+        )
+        staging = target + ".tmp"
+        if os.path.exists(staging):
+            import shutil
+
+            shutil.rmtree(staging)
+        archive.write_out(staging, verbose=False)
+    check_graph_ops(staging)
+    if os.path.exists(target):
+        import shutil
+
+        shutil.rmtree(target)
+    os.rename(staging, target)
+    return target
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python examples/pos_tagging.py",
+        description="UPOS tagger on CoNLL-U files: GRU vs BiGRU vs BiLSTM vs two stacked BiLSTMs, "
+        "word embeddings plus a character-level BiGRU; exports the best one for TF Serving.",
+    )
+    parser.add_argument("--train", help="training CoNLL-U file (default: download UD English EWT r2.15)")
+    parser.add_argument("--dev", help="dev CoNLL-U file (required with --train)")
+    parser.add_argument("--test", help="optional test CoNLL-U file (downloaded with the default data)")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
+    parser.add_argument("--epochs", type=int, default=None, help="training epochs (default 6; --quick 2)")
+    parser.add_argument("--max-train-sentences", type=int, default=None,
+                        help="use only the first N training sentences (default all; --quick 600)")
+    parser.add_argument("--max-dev-sentences", type=int, default=None,
+                        help="evaluate on the first N dev sentences (default all; --quick 300)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=None, help="units per direction (default 128; --quick 32)")
+    parser.add_argument("--word-dim", type=int, default=None, help="word embedding size (default 100; --quick 32)")
+    parser.add_argument("--char-units", type=int, default=None,
+                        help="char BiGRU units per direction (default 48; --quick 16)")
+    parser.add_argument("--max-chars", type=int, default=16, help="characters kept per word (default 16)")
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--dropout", type=float, default=0.33)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="saved_models",
+                        help="export base folder: the best tagger goes to <out>/pos_tagger/1/ (default saved_models)")
+    parser.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+    parser.add_argument("--xla", action="store_true", help="run the recurrent loops XLA-compiled")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in about a minute")
+    parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    defaults = dict(epochs=(2, 6), max_train_sentences=(600, None), max_dev_sentences=(300, None),
+                    hidden=(32, 128), word_dim=(32, 100), char_units=(16, 48))
+    for name, (small, full) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, small if quick else full)
+    if args.train is None and (args.dev or args.test):
+        parser.error("--dev/--test need --train (or give no path to download UD English EWT)")
+    if args.train is not None and args.dev is None:
+        parser.error("--train needs --dev")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"--variants: unknown {unknown}; choose from {','.join(VARIANTS)}")
+    args.variants = variants
+    for name in ("epochs", "batch_size", "hidden", "word_dim", "char_units", "max_chars"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def run(argv: Optional[Sequence[str]] = None) -> dict:
+    """Trains every variant, prints the table, exports the best; returns the results."""
+    args = parse_args(argv)
+    start = time.perf_counter()
+    if args.train is None:
+        paths = download_ewt()
+    else:
+        paths = {"train": args.train, "dev": args.dev, "test": args.test}
+    train = read_conllu(paths["train"])[: args.max_train_sentences]
+    dev = read_conllu(paths["dev"])[: args.max_dev_sentences]
+    test = read_conllu(paths["test"]) if paths.get("test") else None
+
+    words, chars, tags = build_vocabularies(train)
+    encoder = TokenEncoder(words, chars, args.max_chars)
+    train_set = EncodedSet(train, encoder, tags)
+    dev_set = EncodedSet(dev, encoder, tags)
+    test_set = EncodedSet(test, encoder, tags) if test else None
+    print(
+        f"Train {len(train)} sentences / {int(train_set.lengths.sum())} words, dev {len(dev)} / "
+        f"{int(dev_set.lengths.sum())}" + (f", test {len(test)} / {int(test_set.lengths.sum())}" if test else "")
+        + f"; vocabulary {encoder.word_count} words (lower-cased, count >= 2, with padding and OOV), "
+        f"{encoder.char_count} characters, {len(tags)} UPOS tags."
+    )
+    print(f"Load average at start: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs.")
+
+    rows, models = [], {}
+    for variant in args.variants:
+        keras.utils.set_random_seed(args.seed)
+        rng = np.random.default_rng(args.seed)
+        model = build_tagger(variant, encoder.word_count, encoder.char_count, len(tags), args.word_dim,
+                             32, args.char_units, args.hidden, args.dropout)
+        steps = args.epochs * int(np.ceil(len(train_set) / args.batch_size))
+        schedule = keras.optimizers.schedules.CosineDecay(args.learning_rate, decay_steps=steps, alpha=0.05)
+        model.compile(optimizer=keras.optimizers.Adam(schedule, clipnorm=5.0), loss="sparse_categorical_crossentropy")
+        probe = train_set.batches(args.batch_size)[:8]
+        loss_before = mean_loss(model, probe)
+        print(f"\n{variant}: {model.count_params():,} parameters")
+        began = time.perf_counter()
+        losses, dev_curve = [], []
+        context = contextlib.nullcontext() if args.xla else xla_disabled()
+        with context:
+            for epoch in range(args.epochs):
+                history = model.fit(dataset(train_set.batches(args.batch_size, rng)), epochs=1, verbose=0, shuffle=False)
+                losses.append(float(history.history["loss"][-1]))
+                if not args.quiet:
+                    dev_curve.append(accuracy(model, dev_set))
+                    print(f"  epoch {epoch + 1}/{args.epochs}: train loss {losses[-1]:.4f}, "
+                          f"dev UPOS {100 * dev_curve[-1]:.2f}%, {time.perf_counter() - began:.0f} s")
+            seconds = time.perf_counter() - began
+            row = {
+                "variant": variant,
+                "params": model.count_params(),
+                "dev": accuracy(model, dev_set),
+                "test": accuracy(model, test_set) if test_set else None,
+                "seconds": seconds,
+                "load": os.getloadavg()[0],
+                "loss_before": loss_before,
+                "loss_after": mean_loss(model, probe),
+                "epoch_losses": losses,
+            }
+        rows.append(row)
+        models[variant] = model
+        print(f"  {variant}: dev UPOS {100 * row['dev']:.2f}% after {seconds:.0f} s of training")
+
+    print(f"\nUPOS accuracy ({args.epochs} epochs, {len(train)} training sentences, hidden {args.hidden}):")
+    print(format_table(rows))
+    best = max(rows, key=lambda r: r["dev"])
+    export_path = None
+    if not args.no_export:
+        export_path = export_tagger(models[best["variant"]], encoder, tags,
+                                    os.path.join(args.out, "pos_tagger"))
+        served = tf.saved_model.load(export_path).signatures["serving_default"]
+        example = [["The", "old", "man", "sat", "on", "the", "chair", "."], ["They", "lead", "the", "race"]]
+        out = served(tokens=tf.constant(pad_tokens(example).tolist()))["tags"].numpy()
+        print(f"\nExported the {best['variant']} tagger to {export_path} (string tokens in, tags out):")
+        for toks, row in zip(example, out):
+            print("  " + " ".join(f"{t}/{g.decode()}" for t, g in zip(toks, row) if t))
+    total = time.perf_counter() - start
+    print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
+    return {"rows": rows, "models": models, "encoder": encoder, "tags": tags, "best": best["variant"],
+            "export_path": export_path, "dev": dev, "dev_set": dev_set, "seconds": total}
+
+
+def format_table(rows) -> str:
+    has_test = any(r["test"] is not None for r in rows)
+    head = f"{'model':8}  {'params':>9}  {'dev UPOS':>8}" + ("  test UPOS" if has_test else "") + f"  {'train time':>10}"
+    lines = [head]
+    for r in rows:
+        test = f"  {100 * r['test']:8.2f}%" if has_test and r["test"] is not None else ("  " + " " * 9 if has_test else "")
+        lines.append(f"{r['variant']:8}  {r['params']:>9,}  {100 * r['dev']:7.2f}%{test}  {r['seconds']:9.0f}s")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    run(argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
