@@ -1,0 +1,301 @@
+"""Sentence-level sentiment with a (bi)directional GRU: which pooling head?
+
+Seed 000's exercise: "How would you use a bidirectional RNN for
+sentence-level classification? You need a single output, not one per
+position." Every variant embeds the words (no pretrained vectors), runs a
+GRU over them, pools the per-position outputs into one vector and
+classifies it with a sigmoid:
+
+    heads        final      unidirectional: the state after the last word;
+                            bidirectional: kb.FinalStatePooling = [h_f after the
+                            last word, h_b after the first]
+                 mean       kb.MaskedMeanPooling over positions
+                 max        kb.MaskedMaxPooling over positions
+                 attention  kb.AttentionPooling (additive attention, masked softmax)
+    directions   uni        kb.Recurrent(kb.GRUCell(H))
+                 bi         kb.Bidirectional(kb.GRUCell(H), merge_mode=None / "concat")
+
+All heads read the mask propagated from Embedding(mask_zero=True), so the
+padding of a batch changes nothing.
+
+Data: any two text files, one text per line (positive, negative); by
+default Pang & Lee's sentence polarity v1.0 from `../shared/data/`. A fixed
+seeded 10% of the sentences is held out for the reported accuracy; 10% of
+the rest is a validation split that picks the epoch (early stopping,
+best weights restored), so the held-out set is never looked at during
+training.
+
+    python examples/sentence_classification.py
+    python examples/sentence_classification.py --quick
+    python examples/sentence_classification.py --pos my.pos --neg my.neg --variants bi-max,bi-attention
+"""
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+import time
+from collections import Counter
+from typing import List, Optional, Sequence
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+try:
+    import keras_birnn as kb
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import keras_birnn as kb  # noqa: E402
+from keras_birnn.datasets import read_polarity  # noqa: E402
+from keras_birnn.recurrence import xla_disabled  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DIR = os.path.join(REPO, "..", "shared", "data", "sentence_polarity")
+HEADS = ("final", "mean", "max", "attention")
+DIRECTIONS = ("uni", "bi")
+VARIANTS = tuple(f"{d}-{h}" for d in DIRECTIONS for h in HEADS)
+
+
+# --- data ------------------------------------------------------------------------------
+
+
+def tokenize(text: str) -> List[str]:
+    """Lower-cased words and punctuation marks (the polarity data is already
+    space-tokenised; this also splits untokenised text)."""
+    return re.findall(r"[\w'-]+|[^\w\s]", text.lower())
+
+
+def split_indices(count: int, seed: int, held_out: float = 0.1, validation: float = 0.1):
+    """(train, validation, held-out) index arrays: a seeded permutation; the
+    held-out fraction first, then the validation fraction of the rest."""
+    order = np.random.default_rng(seed).permutation(count)
+    n_test = int(round(held_out * count))
+    rest = order[n_test:]
+    n_val = int(round(validation * len(rest)))
+    return rest[n_val:], rest[:n_val], order[:n_test]
+
+
+class Vocabulary:
+    """Words of the training texts seen at least `min_count` times; 0 is
+    padding, 1 the OOV bucket."""
+
+    def __init__(self, texts: Sequence[List[str]], min_count: int = 2):
+        counts = Counter(w for t in texts for w in t)
+        self.words = ["", "[UNK]"] + sorted(w for w, n in counts.items() if n >= min_count)
+        self.index = {w: i for i, w in enumerate(self.words)}
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def encode(self, tokens: List[str], max_len: int) -> np.ndarray:
+        return np.array([self.index.get(w, 1) for w in tokens[:max_len]] or [1], np.int32)
+
+
+class Batches(keras.utils.PyDataset):
+    """Length-bucketed batches, re-drawn every epoch (jittered sort, shuffled
+    batch order), padded to each batch's longest sentence."""
+
+    def __init__(self, ids: List[np.ndarray], labels: np.ndarray, batch_size: int, seed: int, shuffle: bool = True):
+        super().__init__()
+        self.ids, self.labels, self.batch_size = ids, labels.astype("float32"), batch_size
+        self.lengths = np.array([len(x) for x in ids])
+        self.rng = np.random.default_rng(seed)
+        self.shuffle = shuffle
+        self.on_epoch_end()
+
+    def on_epoch_end(self):
+        keys = self.lengths + (self.rng.uniform(0, 4, len(self.lengths)) if self.shuffle else 0)
+        order = np.argsort(keys, kind="stable")
+        self.groups = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+        if self.shuffle:
+            self.rng.shuffle(self.groups)
+
+    def __len__(self):
+        return len(self.groups)
+
+    def __getitem__(self, k):
+        idx = self.groups[k]
+        width = max(int(self.lengths[i]) for i in idx)
+        x = np.zeros((len(idx), width), np.int32)
+        for row, i in enumerate(idx):
+            x[row, : self.lengths[i]] = self.ids[i]
+        return x, self.labels[idx]
+
+
+# --- the models ------------------------------------------------------------------------------
+
+
+def build_classifier(variant: str, vocab_size: int, embed_dim: int = 128, hidden: int = 64,
+                     dropout: float = 0.5, attention_units: int = 64) -> keras.Model:
+    """words `[B, T]` -> P(positive) `[B, 1]`."""
+    direction, head = variant.split("-")
+    if direction not in DIRECTIONS or head not in HEADS:
+        raise ValueError(f"variant must be one of {VARIANTS}, received {variant!r}")
+    words = keras.Input((None,), dtype="int32", name="words")
+    x = keras.layers.Embedding(vocab_size, embed_dim, mask_zero=True, name="embedding")(words)
+    x = keras.layers.Dropout(dropout)(x)
+    if direction == "uni":
+        if head == "final":
+            pooled = kb.Recurrent(kb.GRUCell(hidden), name="gru")(x)  # state after the last valid word
+        else:
+            x = kb.Recurrent(kb.GRUCell(hidden), return_sequences=True, name="gru")(x)
+    else:
+        if head == "final":
+            pair = kb.Bidirectional(kb.GRUCell(hidden), merge_mode=None, return_sequences=True, name="bigru")(x)
+            pooled = kb.FinalStatePooling(name="final_states")(pair)
+        else:
+            x = kb.Bidirectional(kb.GRUCell(hidden), return_sequences=True, name="bigru")(x)
+    if head == "mean":
+        pooled = kb.MaskedMeanPooling(name="mean")(x)
+    elif head == "max":
+        pooled = kb.MaskedMaxPooling(name="max")(x)
+    elif head == "attention":
+        pooled = kb.AttentionPooling(attention_units, name="attention")(x)
+    pooled = keras.layers.Dropout(dropout)(pooled)
+    prob = keras.layers.Dense(1, activation="sigmoid", name="positive")(pooled)
+    return keras.Model(words, prob, name=variant.replace("-", "_"))
+
+
+def predictor(model):
+    """`model` in inference mode as one graph for any batch and length."""
+    cached = getattr(model, "_example_predictor", None)
+    if cached is None:
+        cached = tf.function(lambda words: model(words, training=False),
+                             input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        model._example_predictor = cached
+    return cached
+
+
+def evaluate(model, data: Batches):
+    """(accuracy, mean binary cross-entropy) without dropout."""
+    hits, loss, count = 0, 0.0, 0
+    for k in range(len(data)):
+        x, y = data[k]
+        p = predictor(model)(x).numpy()[:, 0]
+        hits += int(((p > 0.5) == (y > 0.5)).sum())
+        p = np.clip(p, 1e-7, 1 - 1e-7)
+        loss += float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).sum())
+        count += len(y)
+    return hits / max(count, 1), loss / max(count, 1)
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python examples/sentence_classification.py",
+        description="Sentence polarity with a GRU / BiGRU and four pooling heads.",
+    )
+    parser.add_argument("--pos", default=os.path.join(DEFAULT_DIR, "rt-polarity.pos"),
+                        help="positive texts, one per line (default: shared sentence polarity data)")
+    parser.add_argument("--neg", default=os.path.join(DEFAULT_DIR, "rt-polarity.neg"),
+                        help="negative texts, one per line")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
+    parser.add_argument("--epochs", type=int, default=None, help="maximum epochs (default 8; --quick 2)")
+    parser.add_argument("--patience", type=int, default=2, help="early-stopping patience on validation loss")
+    parser.add_argument("--max-sentences", type=int, default=None,
+                        help="use a seeded random subset of N sentences (default all; --quick 1000)")
+    parser.add_argument("--max-len", type=int, default=64, help="words kept per sentence (default 64)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--embed-dim", type=int, default=None, help="default 128; --quick 32")
+    parser.add_argument("--hidden", type=int, default=None, help="GRU units per direction (default 64; --quick 16)")
+    parser.add_argument("--dropout", type=float, default=0.5)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split and of the weights")
+    parser.add_argument("--xla", action="store_true", help="run the recurrent loops XLA-compiled")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    args = parser.parse_args(argv)
+    defaults = dict(epochs=(2, 8), max_sentences=(1000, None), embed_dim=(32, 128), hidden=(16, 64))
+    for name, (small, full) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, small if args.quick else full)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"--variants: unknown {unknown}; choose from {','.join(VARIANTS)}")
+    args.variants = variants
+    for name in ("epochs", "batch_size", "embed_dim", "hidden", "max_len"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def run(argv: Optional[Sequence[str]] = None) -> dict:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    texts, labels = read_polarity(args.pos, args.neg)
+    labels = np.array(labels)
+    if args.max_sentences is not None and args.max_sentences < len(texts):
+        keep = np.sort(np.random.default_rng(args.seed + 1).permutation(len(texts))[: args.max_sentences])
+        texts, labels = [texts[i] for i in keep], labels[keep]
+    tokens = [tokenize(t) for t in texts]
+    train_idx, val_idx, test_idx = split_indices(len(tokens), args.seed)
+    vocab = Vocabulary([tokens[i] for i in train_idx])
+    ids = [vocab.encode(t, args.max_len) for t in tokens]
+
+    def subset(idx, shuffle):
+        return Batches([ids[i] for i in idx], labels[idx], args.batch_size, args.seed, shuffle)
+
+    train, val, test = subset(train_idx, True), subset(val_idx, False), subset(test_idx, False)
+    print(f"{len(tokens)} sentences ({int(labels.sum())} positive): train {len(train_idx)}, validation "
+          f"{len(val_idx)} (picks the epoch), held out {len(test_idx)} (seed {args.seed}); vocabulary "
+          f"{len(vocab)} words (count >= 2 in train, with padding and OOV).")
+    print(f"Load average at start: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs.")
+
+    rows, models = [], {}
+    context = contextlib.nullcontext() if args.xla else xla_disabled()
+    with context:
+        for variant in args.variants:
+            keras.utils.set_random_seed(args.seed)
+            model = build_classifier(variant, len(vocab), args.embed_dim, args.hidden, args.dropout)
+            model.compile(optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=5.0),
+                          loss="binary_crossentropy", metrics=["accuracy"])
+            _, loss_before = evaluate(model, train)
+            began = time.perf_counter()
+            stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.patience,
+                                                 restore_best_weights=True)
+            history = model.fit(train, validation_data=val, epochs=args.epochs, callbacks=[stop],
+                                verbose=0 if args.quiet else 2)
+            seconds = time.perf_counter() - began
+            accuracy, _ = evaluate(model, test)
+            _, loss_after = evaluate(model, train)
+            val_losses = history.history["val_loss"]
+            row = {
+                "variant": variant, "params": model.count_params(), "accuracy": accuracy,
+                "best_epoch": int(np.argmin(val_losses)) + 1, "epochs_run": len(val_losses),
+                "seconds": seconds, "loss_before": loss_before, "loss_after": loss_after,
+            }
+            rows.append(row)
+            models[variant] = model
+            print(f"{variant}: held-out accuracy {100 * accuracy:.2f}% (epoch {row['best_epoch']} of "
+                  f"{row['epochs_run']}, {seconds:.0f} s)")
+    print(f"\nHeld-out accuracy ({len(test_idx)} sentences):")
+    print(format_table(rows))
+    total = time.perf_counter() - start
+    print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
+    return {"rows": rows, "models": models, "vocab": vocab, "test": test, "seconds": total}
+
+
+def format_table(rows) -> str:
+    lines = [f"{'variant':14}  {'params':>8}  {'accuracy':>8}  {'epoch':>5}  {'time':>6}"]
+    for r in rows:
+        lines.append(f"{r['variant']:14}  {r['params']:>8,}  {100 * r['accuracy']:7.2f}%  "
+                     f"{r['best_epoch']:>2}/{r['epochs_run']:<2}  {r['seconds']:5.0f}s")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    run(argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
