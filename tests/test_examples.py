@@ -1,0 +1,271 @@
+"""Smoke tests of examples/: each trains on a small slice of the real data
+(loss decreases), the POS tagger's SavedModel serves strings to tags in a
+fresh process, and the parts with exact answers are checked exactly.
+
+The full runs are not here; their commands and results are in the README.
+"""
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from test_case import REPO, run_python
+
+SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
+EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
+POLARITY = os.path.join(SHARED_DATA, "sentence_polarity")
+needs_ewt = pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
+needs_polarity = pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")
+
+
+def load_example(name):
+    """Imports examples/<name>.py once per session."""
+    module_name = f"keras_birnn_example_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, os.path.join(REPO, "examples", f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+def quietly(fn, *args):
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        result = fn(*args)
+    return result, text.getvalue()
+
+
+# --- book_figures --------------------------------------------------------------------------
+
+FIG_17_2 = [  # seed 000's figure 17-2: t, input, fwd[0], fwd[1], bwd[0], bwd[1]
+    "  0  +1.0   +0.462  -0.291   -0.165  +0.519",
+    "  1  +0.0   +0.154  -0.161   +0.069  -0.130",
+    "  2  -1.0   -0.425  +0.217   +0.069  -0.482",
+    "  3  +0.5   +0.101  -0.021   -0.289  +0.442",
+    "  4  +2.0   +0.777  -0.550   -0.380  +0.834",
+]
+# Norms quoted in seed 000's text for figure 17-5 (position: |fwd|, |bwd|).
+FIG_17_5_BOOK = {0: (0.054, 0.056), 2: (0.089, 0.076), 3: (0.057, 0.004), 7: (0.045, 0.009)}
+# Program 095 compiled with gcc -O0 on glibc, printf precision raised to %.6f.
+FIG_17_5_GLIBC_NORMS = [
+    (0.050084, 0.082574), (0.006297, 0.028774), (0.083710, 0.110973), (0.052278, 0.004918),
+    (0.021923, 0.018445), (0.019190, 0.098949), (0.100454, 0.115374), (0.041490, 0.013679),
+]
+
+
+def test_book_figures_print_the_books_tables(tmp_path):
+    book = load_example("book_figures")
+    png = tmp_path / "figure_17_5.png"
+    out, text = quietly(book.run, ["--png", str(png)])
+    for line in FIG_17_2:
+        assert line in out["17-2"]
+        t, x, f0, f1, b0, b1 = line.split()
+        assert f"  {t}  {x}   [{f0}, {f1} | {b0}, {b1}]" in out["17-3"]
+    predicted = [line.split()[-1] for line in out["17-4"].splitlines()[4:10]]
+    assert predicted == ["DET", "VERB", "PREP", "NOUN", "NOUN", "VERB"]
+    assert "  The     DET    0.21  0.19  0.21  0.18  0.21   DET" in out["17-4"]
+    # The Microsoft C runtime's rand() gives the book's figure 17-5.
+    _, forward, backward = out["17-5/msvc"]
+    for t, (f, b) in FIG_17_5_BOOK.items():
+        assert (round(float(forward[t]), 3), round(float(backward[t]), 3)) == (f, b)
+    assert min(forward.min(), backward.min()) == pytest.approx(0.004, abs=5e-4)
+    assert max(forward.max(), backward.max()) == pytest.approx(0.107, abs=5e-4)
+    assert "factor of 14" in text
+    # Seeded NumPy weights: other numbers, still uneven.
+    _, forward, backward = out["17-5/numpy"]
+    assert np.max(np.maximum(forward, backward) / np.minimum(forward, backward)) > 3
+    assert "only the qualitative pattern holds" in text
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert out.get("png") is None
+    else:
+        assert out["png"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_book_figure_17_5_with_glibc_rand_matches_the_compiled_program():
+    book = load_example("book_figures")
+    _, forward, backward, _ = book.figure_17_5("glibc")
+    np.testing.assert_allclose(np.stack([forward, backward], -1), FIG_17_5_GLIBC_NORMS, atol=2e-6)
+
+
+# --- pos_tagging ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pos_run(tmp_path_factory):
+    pos = load_example("pos_tagging")
+    out = tmp_path_factory.mktemp("pos")
+    argv = [
+        "--train", os.path.join(EWT, "en_ewt-ud-train.conllu"),
+        "--dev", os.path.join(EWT, "en_ewt-ud-dev.conllu"),
+        "--variants", "gru,bigru", "--epochs", "2", "--max-train-sentences", "200",
+        "--max-dev-sentences", "40", "--hidden", "16", "--word-dim", "16", "--char-units", "8",
+        "--batch-size", "16", "--out", str(out), "--quiet",
+    ]
+    result, text = quietly(pos.run, argv)
+    return pos, result, text
+
+
+@needs_ewt
+def test_pos_tagger_trains_every_variant(pos_run):
+    _, result, text = pos_run
+    assert [row["variant"] for row in result["rows"]] == ["gru", "bigru"]
+    for row in result["rows"]:
+        assert row["loss_after"] < row["loss_before"], row
+        assert 0.0 <= row["dev"] <= 1.0
+    assert "dev UPOS" in text and result["export_path"] in text
+
+
+@needs_ewt
+def test_pos_tagger_savedmodel_serves_strings_to_tags_in_a_fresh_process(pos_run):
+    pos, result, _ = pos_run
+    path = result["export_path"]
+    assert path.endswith(os.path.join("pos_tagger", "1"))
+    from keras_birnn.export import saved_model_xla_functions
+
+    assert not saved_model_xla_functions(path)
+    sentences = [tokens for tokens, _, _ in result["dev"][:6]]
+    sentences.append(["Zyxwvut", "qwertyuiopasdfghjklzxc", "\u00e9t\u00e9", "!"])  # OOV words and characters
+    padded = pos.pad_tokens(sentences).tolist()
+    served = json.loads(run_python(f"""
+        import json
+        import tensorflow as tf
+        serve = tf.saved_model.load({path!r}).signatures["serving_default"]
+        out = serve(tokens=tf.constant({json.dumps(padded)}))
+        print(json.dumps({{"tags": [[t.decode() for t in row] for row in out["tags"].numpy()],
+                          "probabilities": out["probabilities"].numpy().tolist()}}))
+    """))
+    # The Keras model on the same sentences, encoded by the training pipeline.
+    model = result["models"][result["best"]]
+    encoded = pos.EncodedSet([(s, ["X"] * len(s), ["_"] * len(s)) for s in sentences], result["encoder"], result["tags"])
+    predicted = pos.predict_tags(model, encoded)
+    (words, chars), _ = encoded.batch(list(range(len(sentences))))
+    keras_probs = np.asarray(model((words, chars), training=False))
+    for row, tokens in enumerate(sentences):
+        n = len(tokens)
+        assert served["tags"][row][:n] == [result["tags"][k] for k in predicted[row]]
+        assert served["tags"][row][n:] == [""] * (len(padded[row]) - n)  # padding in, "" out
+        np.testing.assert_allclose(np.array(served["probabilities"][row])[:n], keras_probs[row, :n], atol=1e-5)
+
+
+def test_token_encoder_keeps_prefix_and_suffix_of_long_words():
+    pos = load_example("pos_tagging")
+    encoder = pos.TokenEncoder(words=["the"], chars=list("abcdefghijklmnopqrstuvwxyz"), max_chars=6)
+    word_ids, char_ids = encoder([["The", "abcdefghij", ""], ["xyz", "", ""]])
+    assert word_ids.numpy().tolist() == [[2, 1, 0], [1, 0, 0]]  # lower-cased; OOV 1; padding 0
+    index = {c: i + 2 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}
+    assert char_ids.numpy()[0, 1].tolist() == [index[c] for c in "abchij"]  # first 3 + last 3
+    assert char_ids.numpy()[0, 0].tolist() == [1, index["h"], index["e"], 0, 0, 0]  # "T" is OOV
+    assert char_ids.numpy()[1, 0].tolist() == [index["x"], index["y"], index["z"], 0, 0, 0]
+    assert not char_ids.numpy()[:, 2].any() and not char_ids.numpy()[1, 1:].any()
+
+
+def test_pos_flags():
+    pos = load_example("pos_tagging")
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        pos.parse_args(["--train", "a.conllu"])  # --dev is required with --train
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        pos.parse_args(["--train", "a", "--dev", "b", "--variants", "gru,cnn"])
+    args = pos.parse_args(["--train", "a", "--dev", "b"])
+    assert args.variants == ["gru", "bigru", "bilstm", "bilstm2"] and args.out == "saved_models"
+    assert "raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.15/" in pos.UD_URL.format(
+        release=pos.UD_RELEASE, name="x")
+
+
+# --- sentence_classification ----------------------------------------------------------------------
+
+
+@needs_polarity
+def test_sentence_classification_trains_each_head():
+    sent = load_example("sentence_classification")
+    result, text = quietly(sent.run, [
+        "--pos", os.path.join(POLARITY, "rt-polarity.pos"), "--neg", os.path.join(POLARITY, "rt-polarity.neg"),
+        "--max-sentences", "300", "--epochs", "2", "--embed-dim", "16", "--hidden", "8",
+        "--variants", "uni-final,bi-final,bi-mean,bi-max,bi-attention", "--quiet",
+    ])
+    assert [r["variant"] for r in result["rows"]] == ["uni-final", "bi-final", "bi-mean", "bi-max", "bi-attention"]
+    for row in result["rows"]:
+        assert row["loss_after"] < row["loss_before"], row
+        assert 0.0 <= row["accuracy"] <= 1.0
+    assert "Held-out accuracy (30 sentences)" in text
+
+
+def test_sentence_split_is_fixed_seeded_and_disjoint():
+    sent = load_example("sentence_classification")
+    train, val, test = sent.split_indices(10_662, seed=0)
+    assert len(test) == 1066 and len(val) == 960 and len(train) == 10_662 - 1066 - 960
+    assert len(set(train) | set(val) | set(test)) == 10_662
+    again = sent.split_indices(10_662, seed=0)
+    assert all(np.array_equal(a, b) for a, b in zip((train, val, test), again))
+    assert not np.array_equal(test, sent.split_indices(10_662, seed=1)[2])
+    assert sent.tokenize("It's a gem, not a flop!") == ["it's", "a", "gem", ",", "not", "a", "flop", "!"]
+
+
+# --- merge_modes -----------------------------------------------------------------------------------
+
+
+def test_merge_modes_sum_cannot_tell_a_sequence_from_its_reverse():
+    merge = load_example("merge_modes")
+    result, text = quietly(merge.run, ["--sections", "merge,stack", "--samples", "128", "--length", "6",
+                                       "--epochs", "3", "--hidden", "4"])
+    rows = {(r["merge"], r["weights"]): r for r in result["merge"]["rows"]}
+    # Shared weights + sum: x and its reverse get the same vector and opposite
+    # labels, so exactly one of each held-out pair is right, whatever the training.
+    assert rows[("sum", "shared")]["accuracy"] == 0.5
+    for row in rows.values():
+        assert row["loss_last"] < row["loss_first"], row
+    assert "sum(reversed x)|       = 0.0e+00" in text
+    # Seed 000's stacking exercise: 128 wide, 37,248 + 74,112 parameters.
+    stack = result["stack"][False]
+    assert (stack["first"], stack["second"], stack["width"]) == (37_248, 74_112, 128)
+
+
+def test_merge_modes_ensemble_and_cells_train():
+    merge = load_example("merge_modes")
+    result, _ = quietly(merge.run, ["--sections", "cells,ensemble", "--samples", "96", "--length", "8",
+                                    "--epochs", "3", "--hidden", "4"])
+    rows = result["cells"]["rows"] + result["ensemble"]["hmm"]["rows"] + result["ensemble"]["runs"]["rows"]
+    assert len(rows) == 8
+    for row in rows:
+        assert row["loss_last"] < row["loss_first"], row
+    hmm = result["ensemble"]["hmm"]["accuracy"]
+    assert set(hmm) == {"forward GRU", "backward GRU", "BiGRU (joint)", "ensemble, averaged", "ensemble, product"}
+    assert 0.5 < result["ensemble"]["hmm"]["optimum"] <= 1.0
+
+
+def test_hmm_posterior_equals_brute_force_enumeration():
+    merge = load_example("merge_modes")
+    stay, flip = 0.8, 0.3
+    observed = np.array([[1, 0, 0, 1, 1], [0, 0, 1, 0, 1]], "float32")[..., None]
+    paths = np.array(np.meshgrid(*[[0, 1]] * 5, indexing="ij")).reshape(5, -1).T  # all 32 hidden paths
+    for row in range(len(observed)):
+        obs = observed[row, :, 0]
+        weights = []
+        for path in paths:
+            p = 0.5
+            for t in range(1, 5):
+                p *= stay if path[t] == path[t - 1] else 1 - stay
+            p *= np.prod(np.where(path == obs, 1 - flip, flip))
+            weights.append(p)
+        weights = np.array(weights)
+        expected = (weights[:, None] * paths).sum(0) / weights.sum()
+        np.testing.assert_allclose(merge.hmm_posterior(observed[row : row + 1], stay, flip)[0], expected, atol=1e-12)
+
+
+def test_merge_modes_combinations():
+    merge = load_example("merge_modes")
+    p_f = np.array([[[0.5, 0.5], [0.9, 0.1]]])
+    p_b = np.array([[[0.5, 0.5], [0.6, 0.4]]])
+    np.testing.assert_allclose(merge.combine(p_f, p_b, "average"), [[[0.5, 0.5], [0.75, 0.25]]])
+    product = merge.combine(p_f, p_b, "product")
+    np.testing.assert_allclose(product.sum(-1), 1.0)
+    np.testing.assert_allclose(product[0, 0], [0.5, 0.5])  # two 50%s stay 50%
+    assert merge.gru_params(32, 64, reset_after=False) * 2 == 37_248
