@@ -1,0 +1,263 @@
+"""kb.Bidirectional against the NumPy oracle (tests/reference.py).
+
+Every cell x every merge mode, per-position and sentence outputs, returned
+states, eagerly and inside a `tf.function` with unknown batch and time;
+gradients against the oracle's hand-written BPTT (seed 001); the three
+kinds of boundary state and call-time initial states; XLA.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_birnn as kb
+import reference as ref
+from birnn_cases import (
+    CELLS, MASK, MERGES, TRAINING_MODES, B, U, make_case, to_numpy,
+)
+from test_case import assert_all_close, eager_and_graph, in_graph
+
+# A diagonal pairing cells with merge modes, for what needs one run per cell.
+DIAGONAL = list(zip(CELLS, ["concat", "projection_softmax", "none", "mul", "sum"]))
+
+
+@pytest.mark.parametrize("merge_name", list(MERGES))
+@pytest.mark.parametrize("cell_name", list(CELLS))
+def test_forward_matches_oracle(cell_name, merge_name):
+    """Per-position and sentence outputs and the returned states (forward
+    then backward), masked batch, eager and in a graph."""
+    for return_sequences in (True, False):
+        case = make_case(cell_name, merge_name, return_sequences=return_sequences, return_state=True)
+        expected = case.oracle(MASK)
+        eager, graph = eager_and_graph(case.layer, case.x, mask=MASK)
+        n_out = 2 if case.merge_mode is None else 1
+        assert len(eager) == n_out + 2 * case.n_states
+        assert_all_close(eager, expected)
+        assert_all_close(graph, expected)
+
+
+@pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
+def test_forward_without_mask(cell_name, merge_name):
+    for return_sequences in (True, False):
+        case = make_case(cell_name, merge_name, seed=1, return_sequences=return_sequences)
+        expected = case.oracle()
+        eager, graph = eager_and_graph(case.layer, case.x)
+        if case.merge_mode is None:
+            assert isinstance(eager, list) and len(eager) == 2
+        assert_all_close(eager, expected)
+        assert_all_close(graph, expected)
+
+
+def test_outputs_are_not_trivial():
+    """Guards the oracle comparisons: outputs differ per direction, position and cell."""
+    case = make_case("gru_reset_after", "none")
+    out_f, out_b = to_numpy(case.layer(case.x))
+    assert np.abs(out_f - out_b).max() > 0.05
+    assert np.abs(out_f[:, 1:] - out_f[:, :-1]).max() > 0.05
+    other = make_case("gru_reset_before", "none")
+    assert np.abs(to_numpy(other.layer(case.x))[0] - out_f).max() > 1e-3
+
+
+@pytest.mark.parametrize("merge_name", list(MERGES))
+@pytest.mark.parametrize("cell_name", list(CELLS))
+def test_gradients_match_oracle_bptt(cell_name, merge_name):
+    """TF gradients of sum(y * dy) = the oracle's BPTT, to 1e-4: weights of
+    both directions, projection and inputs (per-position output, masked),
+    through the training path (hand-written BPTT) and TF autodiff."""
+    case = make_case(cell_name, merge_name, seed=2, return_sequences=True)
+    d_output = case.random_d_output()
+    expected = case.oracle_grads(d_output, MASK)
+    for training in TRAINING_MODES:
+        case.assert_grads_match(case.tf_grads(d_output, MASK, training=training), expected)
+
+
+@pytest.mark.parametrize(
+    "cell_name, merge_name",
+    [("simple_relu", "projection_softmax"), ("gru_reset_before", "mul"), ("lstm", "none")],
+)
+def test_gradients_of_sentence_output(cell_name, merge_name):
+    """return_sequences=False: BPTT from the final states, masked batch."""
+    case = make_case(cell_name, merge_name, seed=3, return_sequences=False)
+    d_output = case.random_d_output()
+    expected = case.oracle_grads(d_output, MASK)
+    for training in TRAINING_MODES:
+        case.assert_grads_match(case.tf_grads(d_output, MASK, training=training), expected)
+
+
+@pytest.mark.parametrize(
+    "cell_name, merge_name, return_sequences, masked, training",
+    [("lstm", "projection_softmax", True, True, True), ("gru_reset_before", "concat", False, False, None)],
+)
+def test_gradients_in_graph_with_unknown_sizes(cell_name, merge_name, return_sequences, masked, training):
+    case = make_case(cell_name, merge_name, seed=4, return_sequences=return_sequences)
+    d_output = case.random_d_output()
+    mask = MASK if masked else None
+    grads = case.tf_grads(d_output, mask, graph=True, training=training)
+    case.assert_grads_match(grads, case.oracle_grads(d_output, mask))
+
+
+# --- boundary states ---------------------------------------------------------
+
+
+def _constant_states(case, value):
+    return [np.full((B, U), value) for _ in range(case.n_states)]
+
+
+def _sequence_d_output(case):
+    """A cotangent for the merged output only (states are not in the loss)."""
+    return_state, case.return_state = case.return_state, False
+    d_output = case.random_d_output()
+    case.return_state = return_state
+    return d_output
+
+
+@pytest.mark.parametrize(
+    "cell_name, merge_name, initial_state", [(c, m, 0.5) for c, m in DIAGONAL] + [("lstm", "sum", "zeros")]
+)
+def test_constant_initial_state(cell_name, merge_name, initial_state):
+    """h_0 = 0 (seed 002) or the constant 0.5 (seed 001) in both directions,
+    for h and, for the LSTM, c."""
+    value = 0.0 if initial_state == "zeros" else initial_state
+    cases = []
+    for return_sequences in (True, False):
+        case = make_case(
+            cell_name, merge_name, seed=5, return_sequences=return_sequences, return_state=True,
+            initial_state=initial_state,
+        )
+        init = _constant_states(case, value)
+        expected = case.oracle(MASK, fw_initial=init, bw_initial=init)
+        eager, graph = eager_and_graph(case.layer, case.x, mask=MASK)
+        assert_all_close(eager, expected)
+        assert_all_close(graph, expected)
+        # The fully masked row keeps the boundary state.
+        np.testing.assert_allclose(eager[-1][3], value)
+        if initial_state == 0.5:
+            # 0.5 really changes the numbers (so the comparison can fail).
+            assert np.abs(case.oracle(MASK)[0] - expected[0]).max() > 1e-3
+        cases.append(case)
+    # Per-position output through the training path, sentence output through
+    # an inference call's gradient.
+    for case, training in zip(cases, TRAINING_MODES):
+        d_output = _sequence_d_output(case)
+        expected = case.oracle_grads(d_output, MASK, fw_initial=init, bw_initial=init)
+        case.assert_grads_match(case.tf_grads(d_output, MASK, training=training), expected)
+
+
+@pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
+def test_learned_initial_state(cell_name, merge_name):
+    """Trainable boundary states (seed 001): values used as h_0 / h_{T+1} of
+    every row, gradients = the oracle's boundary gradients summed over batch."""
+    case = make_case(cell_name, merge_name, seed=6, return_sequences=True, initial_state="learned")
+    bi = case.layer
+    fw_vars, bw_vars = bi.forward.boundary.states, bi.backward.boundary.states
+    assert len(fw_vars) == len(bw_vars) == case.n_states
+    # Learned states are trainable weights of the layer.
+    trainable = {id(v) for v in bi.trainable_variables}
+    assert all(v.trainable and id(v) in trainable for v in fw_vars + bw_vars)
+    fw_init = [case.rng.normal(scale=0.5, size=(U,)).astype(np.float32) for _ in fw_vars]
+    bw_init = [case.rng.normal(scale=0.5, size=(U,)).astype(np.float32) for _ in bw_vars]
+    for var, value in zip(fw_vars + bw_vars, fw_init + bw_init):
+        var.assign(value)
+    fw_b = [np.broadcast_to(v, (B, U)) for v in fw_init]
+    bw_b = [np.broadcast_to(v, (B, U)) for v in bw_init]
+    eager, graph = eager_and_graph(bi, case.x, mask=MASK)
+    expected = case.oracle(MASK, fw_initial=fw_b, bw_initial=bw_b)
+    assert_all_close(eager, expected)
+    assert_all_close(graph, expected)
+
+    d_output = case.random_d_output()
+    oracle = case.oracle_grads(d_output, MASK, fw_initial=fw_b, bw_initial=bw_b)
+    expected_boundary = [g.sum(axis=0) for g in oracle["fw_initial"] + oracle["bw_initial"]]
+    assert all(np.abs(g).max() > 1e-3 for g in expected_boundary)  # the boundary matters
+    for training in TRAINING_MODES:
+        grads = case.tf_grads(d_output, MASK, extra_variables=fw_vars + bw_vars, training=training)
+        case.assert_grads_match(grads, oracle)
+        for k, (got, want) in enumerate(zip(grads["extra"], expected_boundary)):
+            np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4, err_msg=f"boundary state {k}")
+
+
+@pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
+def test_call_time_initial_state_list(cell_name, merge_name):
+    """`initial_state=[forward states..., backward states...]` like Keras's;
+    its gradients are the oracle's boundary gradients, per row."""
+    case = make_case(cell_name, merge_name, seed=7, return_sequences=True, return_state=True)
+    rng = case.rng
+    fw_init = [rng.normal(scale=0.5, size=(B, U)).astype(np.float32) for _ in range(case.n_states)]
+    bw_init = [rng.normal(scale=0.5, size=(B, U)).astype(np.float32) for _ in range(case.n_states)]
+    expected = case.oracle(MASK, fw_initial=fw_init, bw_initial=bw_init)
+    eager, graph = eager_and_graph(case.layer, case.x, mask=MASK, initial_state=fw_init + bw_init)
+    assert_all_close(eager, expected)
+    assert_all_close(graph, expected)
+    # The fully masked row returns its given states unchanged.
+    n = case.n_states
+    n_out = len(eager) - 2 * n
+    for k in range(n):
+        np.testing.assert_allclose(eager[n_out + k][3], fw_init[k][3], atol=1e-7)
+        np.testing.assert_allclose(eager[n_out + n + k][3], bw_init[k][3], atol=1e-7)
+
+    d_output = _sequence_d_output(case)
+    oracle = case.oracle_grads(d_output, MASK, fw_initial=fw_init, bw_initial=bw_init)
+    for training in TRAINING_MODES:
+        grads = case.tf_grads(d_output, MASK, initial_state=fw_init + bw_init, training=training)
+        case.assert_grads_match(grads, oracle)
+        for k, (got, want) in enumerate(zip(grads["initial_state"], oracle["fw_initial"] + oracle["bw_initial"])):
+            np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4, err_msg=f"initial_state[{k}]")
+
+
+# --- XLA -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cell_name, merge_name", [("simple_relu", "projection_softmax"), ("gru_reset_after", "none"), ("lstm", "sum")]
+)
+def test_jit_compile_equals_eager(cell_name, merge_name):
+    case = make_case(cell_name, merge_name, seed=8, return_sequences=True, return_state=True)
+    eager = to_numpy(case.layer(case.x, mask=MASK))
+    compiled = to_numpy(in_graph(case.layer, case.x, mask=MASK, jit_compile=True))
+    assert_all_close(compiled, eager, atol=1e-6, rtol=1e-6)
+    assert_all_close(compiled, case.oracle(MASK))
+
+
+@pytest.mark.parametrize("training", TRAINING_MODES, ids=["bptt", "autodiff"])
+def test_jit_compile_gradients(training):
+    case = make_case("simple_tanh", "projection_softmax", seed=9, return_sequences=False)
+    bi = case.layer
+    d_output = tf.constant(case.random_d_output(), tf.float32)
+    weights = bi.trainable_variables
+
+    @tf.function(
+        jit_compile=True,
+        input_signature=[tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([None, None], tf.bool)],
+    )
+    def grads(x, mask):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(bi(x, mask=mask, training=training) * d_output)
+        return tape.gradient(loss, weights)
+
+    got = [np.asarray(g) for g in grads(case.x, MASK)]
+    oracle = case.oracle_grads(np.asarray(d_output), MASK)
+    expected = [oracle[s][k] for s in ("fw", "bw") for k in ("kernel", "recurrent_kernel", "bias")]
+    expected += [oracle["projection"][k] for k in ("V_f", "V_b", "c")]
+    assert_all_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+# --- structure -----------------------------------------------------------------
+
+
+def test_directions_are_independent_copies():
+    """The backward direction has its own weights (a fresh copy), reads
+    right to left, and a given `backward_layer` is used as is."""
+    bi = kb.Bidirectional(kb.GRUCell(U))
+    bi.build((None, None, 3))
+    assert bi.forward.cell is not bi.backward.cell
+    assert not bi.forward.reverse and bi.backward.reverse
+    assert not np.allclose(bi.forward.cell.kernel.numpy(), bi.backward.cell.kernel.numpy())
+    backward = kb.Recurrent(kb.LSTMCell(U), reverse=True)
+    mixed = kb.Bidirectional(kb.GRUCell(U), backward_layer=backward, return_sequences=True, merge_mode="sum")
+    assert mixed.backward is backward
+    mixed.build((None, None, 3))
+    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)
+    params = lambda cell: {k: getattr(cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}  # noqa: E731
+    out_f, _ = ref.run_direction("gru", params(mixed.forward.cell), x)
+    out_b, _ = ref.run_direction("lstm", params(backward.cell), x, reverse=True)
+    np.testing.assert_allclose(mixed(x), out_f + out_b, atol=1e-5)
