@@ -1,0 +1,257 @@
+"""get_config/from_config for every layer, `.keras` round trips (also with
+`safe_mode=True`, no custom objects, and in a fresh process), and training
+with `model.fit` (one step checked against the oracle's BPTT)."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_birnn as kb
+import reference as ref
+from birnn_cases import CELLS, MASK, B, F, T, U, make_case, to_numpy
+from test_case import assert_all_close, keras_round_trip, run_python
+
+X = np.random.default_rng(20).normal(size=(B, T, F)).astype(np.float32)
+
+
+def _randomize(layer, seed=0):
+    """Random weights, so that a copy that drops or reorders any is caught."""
+    rng = np.random.default_rng(seed)
+    layer.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32) for w in layer.get_weights()])
+
+
+def _clone(layer):
+    """from_config(get_config()), built, with the original's weights copied."""
+    config = layer.get_config()
+    clone = type(layer).from_config(config)
+    assert clone.get_config() == config
+    return clone
+
+
+CELL_CONFIGS = {
+    "simple_relu_no_bias": lambda: kb.SimpleRNNCell(U, activation="relu", use_bias=False),
+    "gru_reset_after": lambda: kb.GRUCell(U, reset_after=True, dropout=0.1, recurrent_dropout=0.2, seed=3),
+    "gru_reset_before": lambda: kb.GRUCell(U, reset_after=False, recurrent_activation="hard_sigmoid"),
+    "lstm": lambda: kb.LSTMCell(U, unit_forget_bias=False, kernel_regularizer="l2"),
+}
+
+
+@pytest.mark.parametrize("name", list(CELL_CONFIGS))
+def test_cell_config_round_trip(name):
+    """One step through the Keras cell protocol: (output, new states)."""
+    cell = CELL_CONFIGS[name]()
+    cell.build((None, F))
+    _randomize(cell)
+    clone = _clone(cell)
+    clone.build((None, F))
+    clone.set_weights(cell.get_weights())
+    states = [np.full((B, U), 0.3, np.float32)] * cell.state_count
+    out, new_states = cell(X[:, 0], states)
+    out_c, new_states_c = clone(X[:, 0], states)
+    assert_all_close([out_c, new_states_c], [out, new_states], atol=0, rtol=0)
+    # ... and the step is the oracle's.
+    kind, kwargs = {"simple_relu_no_bias": ("simple", {"activation": "relu"}),
+                    "gru_reset_after": ("gru", {"reset_after": True}),
+                    "gru_reset_before": ("gru", {"reset_after": False, "recurrent_activation": "hard_sigmoid"}),
+                    "lstm": ("lstm", {})}[name]
+    params = {k: None if getattr(cell, k) is None else getattr(cell, k).numpy()
+              for k in ("kernel", "recurrent_kernel", "bias")}
+    _, final = ref.run_direction(kind, params, X[:, :1], initial_state=states, **kwargs)
+    assert_all_close(new_states, final, atol=1e-5, rtol=1e-5)
+    config = clone.get_config()
+    assert config["units"] == U and config["dropout"] == cell.dropout
+
+
+RECURRENTS = {
+    "reverse_gru_sequences": lambda: kb.Recurrent(kb.GRUCell(U), reverse=True, return_sequences=True),
+    "lstm_learned_state": lambda: kb.Recurrent(kb.LSTMCell(U), return_state=True, initial_state="learned"),
+    "simple_constant_state": lambda: kb.Recurrent(kb.SimpleRNNCell(U), initial_state=0.5, return_sequences=True),
+}
+
+
+@pytest.mark.parametrize("name", list(RECURRENTS))
+def test_recurrent_config_round_trip(name):
+    layer = RECURRENTS[name]()
+    layer.build((None, None, F))
+    _randomize(layer)
+    clone = _clone(layer)
+    clone.build((None, None, F))
+    clone.set_weights(layer.get_weights())
+    expected = to_numpy(layer(X, mask=MASK))
+    assert_all_close(clone(X, mask=MASK), expected, atol=0, rtol=0)
+    assert clone.reverse == layer.reverse and clone.initial_state == layer.initial_state
+
+
+BIDIRECTIONALS = {
+    "concat_simple": lambda: kb.Bidirectional(kb.SimpleRNNCell(U, activation="relu"), return_sequences=True),
+    "sum_gru_before": lambda: kb.Bidirectional(kb.GRUCell(U, reset_after=False), merge_mode="sum"),
+    "mul_gru_state": lambda: kb.Bidirectional(kb.GRUCell(U), merge_mode="mul", return_state=True),
+    "ave_lstm_half": lambda: kb.Bidirectional(kb.LSTMCell(U), merge_mode="ave", initial_state=0.5,
+                                              return_sequences=True),
+    "none_lstm_learned": lambda: kb.Bidirectional(kb.LSTMCell(U), merge_mode=None, initial_state="learned",
+                                                  return_sequences=True),
+    "projection_softmax": lambda: kb.Bidirectional(
+        kb.GRUCell(U), merge_mode="projection", projection_units=5, projection_activation="softmax",
+        return_sequences=True),
+    "projection_linear_mixed": lambda: kb.Bidirectional(
+        kb.Recurrent(kb.GRUCell(U)), backward_layer=kb.Recurrent(kb.LSTMCell(U), reverse=True),
+        merge_mode="projection", projection_units=3),
+}
+
+
+@pytest.mark.parametrize("name", list(BIDIRECTIONALS))
+def test_bidirectional_config_round_trip(name):
+    layer = BIDIRECTIONALS[name]()
+    layer.build((None, None, F))
+    _randomize(layer)
+    clone = _clone(layer)
+    clone.build((None, None, F))
+    assert [w.shape for w in clone.weights] == [w.shape for w in layer.weights]
+    clone.set_weights(layer.get_weights())
+    expected = to_numpy(layer(X, mask=MASK))
+    assert_all_close(clone(X, mask=MASK), expected, atol=0, rtol=0)
+    assert type(clone.backward.cell) is type(layer.backward.cell)
+    assert clone.merge_mode == layer.merge_mode
+
+
+def test_config_round_trip_reproduces_oracle_numbers():
+    """The clone of a projection tagger still gives the oracle's numbers."""
+    case = make_case("lstm", "projection_softmax", seed=21, return_sequences=True)
+    clone = _clone(case.layer)
+    clone.build((None, None, F))
+    clone.set_weights(case.layer.get_weights())
+    assert_all_close(clone(case.x, mask=MASK), case.oracle(MASK))
+
+
+def _every_layer_model():
+    """A functional model using every cell, merge mode and boundary state,
+    kb.Recurrent in both directions and an explicit backward_layer."""
+    inputs = keras.Input((None, F))
+    masked = keras.layers.Masking(0.0)(inputs)
+    outputs = [
+        kb.Bidirectional(kb.SimpleRNNCell(U, activation="relu"), return_sequences=True)(masked),
+        kb.Bidirectional(kb.GRUCell(U, reset_after=False), merge_mode="sum")(masked),
+        *kb.Bidirectional(kb.GRUCell(U), merge_mode="mul", initial_state="learned", return_state=True)(masked),
+        kb.Bidirectional(kb.LSTMCell(U), merge_mode="ave", initial_state=0.5, return_sequences=True)(masked),
+        *kb.Bidirectional(kb.SimpleRNNCell(U), merge_mode=None,
+                          backward_layer=kb.Recurrent(kb.GRUCell(U, reset_after=False), reverse=True))(masked),
+        kb.Bidirectional(kb.LSTMCell(U), merge_mode="projection", projection_units=5,
+                         projection_activation="softmax", return_sequences=True)(masked),
+        kb.Recurrent(kb.GRUCell(U), reverse=True, return_sequences=True)(masked),
+    ]
+    model = keras.Model(inputs, outputs)
+    _randomize(model, seed=22)
+    return model
+
+
+def _padded_inputs():
+    x = X.copy()
+    x[1, 4:] = 0.0
+    x[2, :2] = 0.0
+    x[3, :] = 0.0
+    return x
+
+
+def test_keras_file_round_trip_safe_mode(tmp_path):
+    model = _every_layer_model()
+    x = _padded_inputs()
+    loaded = keras_round_trip(model, str(tmp_path / "every_layer.keras"), x)
+    kinds = {type(layer).__name__ for layer in loaded.layers}
+    assert {"Bidirectional", "Recurrent"} <= kinds
+    assert type(loaded.layers[2]) is kb.Bidirectional
+    # Weights came back, in the same order, not re-initialised.
+    for a, b in zip(loaded.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # The loaded projection tagger is the oracle's.
+    tagger = next(layer for layer in loaded.layers if getattr(layer, "merge_mode", "") == "projection"
+                  and layer.projection.activation.__name__ == "softmax")
+    weights = tagger.get_weights()
+    fw = dict(zip(("kernel", "recurrent_kernel", "bias"), weights[:3]))
+    bw = dict(zip(("kernel", "recurrent_kernel", "bias"), weights[3:6]))
+    proj = dict(zip(("V_f", "V_b", "c"), weights[6:]))
+    mask = np.any(x != 0.0, axis=-1)
+    expected, _, _ = ref.bidirectional("lstm", fw, bw, x, mask, "projection", proj, "softmax")
+    np.testing.assert_allclose(tagger(x, mask=mask), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_keras_file_loads_in_a_fresh_process(tmp_path):
+    """Registration happens at `import keras_birnn`: a new interpreter loads
+    the file with safe_mode=True and no custom_objects."""
+    inputs = keras.Input((None, F))
+    h = kb.Bidirectional(kb.GRUCell(U, reset_after=False), initial_state="learned",
+                         return_sequences=True)(keras.layers.Masking(0.0)(inputs))
+    outputs = kb.Bidirectional(kb.LSTMCell(U), merge_mode="projection", projection_units=3,
+                               projection_activation="softmax")(h)
+    model = keras.Model(inputs, outputs)
+    _randomize(model, seed=26)
+    x = _padded_inputs()
+    path, x_path, out_path = (str(tmp_path / name) for name in ("fresh.keras", "x.npy", "out.npy"))
+    model.save(path)
+    np.save(x_path, x)
+    run_python(
+        f"""
+        import numpy as np, keras
+        import keras_birnn
+        model = keras.saving.load_model({path!r}, safe_mode=True)
+        np.save({out_path!r}, model.predict(np.load({x_path!r}), verbose=0))
+        """
+    )
+    np.testing.assert_array_equal(np.load(out_path), model.predict(x, verbose=0))
+
+
+# --- training -----------------------------------------------------------------------
+
+
+def test_fit_one_sgd_step_is_the_oracle_gradient_step():
+    """model.fit (compiled, training=True) moves every weight by
+    -lr * dL/dW, with dL/dW from the oracle's BPTT."""
+    case = make_case("gru_reset_before", "projection_softmax", seed=23, return_sequences=True)
+    inputs = keras.Input((None, F))
+    model = keras.Model(inputs, case.layer(keras.layers.Masking(0.0)(inputs)))
+    x = case.x.copy()
+    x[~MASK] = 0.0
+    target = np.random.default_rng(24).uniform(size=(B, T, 5)).astype(np.float32)
+    lr = 0.5
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=lr), loss="mse")
+    before = model.get_weights()
+    history = model.fit(x, target, batch_size=B, epochs=1, shuffle=False, verbose=0)
+    # The output carries the mask, so Keras's mse is the mean over valid
+    # positions of the per-position mean over the last axis.
+    y = case.oracle(MASK, x=x)
+    per_position = np.mean((y - target) ** 2, axis=-1)
+    loss = (per_position * MASK).sum() / MASK.sum()
+    np.testing.assert_allclose(history.history["loss"][0], loss, rtol=1e-5)
+    assert abs(loss - per_position.mean()) > 1e-3  # the mask matters
+    d_output = 2.0 * (y - target) / y.shape[-1] * MASK[..., None] / MASK.sum()
+    grads = case.oracle_grads(d_output, MASK)
+    expected_grads = [grads[s][k] for s in ("fw", "bw") for k in ("kernel", "recurrent_kernel", "bias")]
+    expected_grads += [grads["projection"][k] for k in ("V_f", "V_b", "c")]
+    for w0, w1, g in zip(before, model.get_weights(), expected_grads):
+        np.testing.assert_allclose(w1, w0 - lr * g, atol=1e-5, rtol=1e-4)
+    assert max(np.abs(g).max() for g in expected_grads) > 1e-3
+
+
+def test_fit_decreases_the_loss():
+    """Two fit steps run; then ~20 steps on the same fixed batch lower the loss."""
+    rng = np.random.default_rng(25)
+    tokens = rng.integers(1, 10, size=(4, 7))
+    tokens[1, 5:] = 0
+    tokens[2, :3] = 0
+    labels = (tokens > 4).astype(np.float32)[..., None]
+    inputs = keras.Input((None,), dtype="int32")
+    h = keras.layers.Embedding(10, F, mask_zero=True)(inputs)
+    h = kb.Bidirectional(kb.GRUCell(U), merge_mode="projection", projection_units=1,
+                         projection_activation="sigmoid", return_sequences=True)(h)
+    model = keras.Model(inputs, h)
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="binary_crossentropy")
+    initial = model.evaluate(tokens, labels, batch_size=4, verbose=0)
+    first = model.fit(tokens, labels, batch_size=2, epochs=1, shuffle=False, verbose=0).history["loss"]
+    assert np.isfinite(first).all()
+    assert model.optimizer.iterations.numpy() == 2
+    losses = model.fit(tokens[:2], labels[:2], batch_size=2, epochs=20, verbose=0).history["loss"]
+    assert np.isfinite(losses).all()
+    assert losses[-1] < 0.5 * losses[0] and losses[0] < initial
+    # predict agrees with a direct call after training.
+    assert_all_close(model.predict(tokens, verbose=0), model(tokens), atol=1e-6, rtol=1e-6)
