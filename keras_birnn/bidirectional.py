@@ -91,11 +91,13 @@ def _check_merge(merge_mode, projection_units) -> None:
         )
 
 
-def _as_recurrent(layer, reverse: bool, initial_state, role: str) -> Recurrent:
+def _as_recurrent(layer, reverse: bool, initial_state, role: str, dtype=None) -> Recurrent:
     if isinstance(layer, dict):
         layer = keras.saving.deserialize_keras_object(layer)
     if isinstance(layer, RecurrentCell):
-        return Recurrent(layer, reverse=reverse, initial_state=initial_state, name=f"{role}_{layer.name}")
+        return Recurrent(
+            layer, reverse=reverse, initial_state=initial_state, name=f"{role}_{layer.name}", dtype=dtype
+        )
     if not isinstance(layer, Recurrent):
         raise TypeError(
             f"`{'layer' if role == 'forward' else 'backward_layer'}` must be a keras_birnn cell "
@@ -107,6 +109,11 @@ def _as_recurrent(layer, reverse: bool, initial_state, role: str) -> Recurrent:
             f"reverse={layer.reverse}."
         )
     return layer
+
+
+def _cast_result(result: recurrence.DirectionResult, dtype) -> recurrence.DirectionResult:
+    outputs = None if result.outputs is None else tf.cast(result.outputs, dtype)
+    return recurrence.DirectionResult(outputs, [tf.cast(s, dtype) for s in result.final_states])
 
 
 @keras_birnn_export("keras_birnn.Bidirectional")
@@ -165,19 +172,21 @@ class Bidirectional(keras.layers.Layer):
         _check_merge(merge_mode, projection_units)
         self.merge_mode = merge_mode
         self.initial_state = parse_initial_state(initial_state)
-        self.forward = _as_recurrent(layer, False, self.initial_state, "forward")
+        # Directions and projection built here follow the wrapper's dtype
+        # policy, so `dtype="float32"` under a mixed policy computes in float32.
+        self.forward = _as_recurrent(layer, False, self.initial_state, "forward", self.dtype_policy)
         if backward_layer is None:
             config = self.forward.get_config()
             config.update(reverse=True, name="backward_" + self.forward.name.removeprefix("forward_"))
             backward_layer = Recurrent.from_config(config)
-        self.backward = _as_recurrent(backward_layer, True, self.initial_state, "backward")
+        self.backward = _as_recurrent(backward_layer, True, self.initial_state, "backward", self.dtype_policy)
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.projection_units = projection_units
         self.projection = None
         if merge_mode == "projection":
             self.projection = DirectionalProjection(
-                projection_units, projection_activation, name="projection"
+                projection_units, projection_activation, name="projection", dtype=self.dtype_policy
             )
         self.supports_masking = True
 
@@ -201,6 +210,8 @@ class Bidirectional(keras.layers.Layer):
             self.return_sequences,
             bptt=training is True,
         )
+        # A kb.Recurrent passed in may compute in another dtype: outputs are the wrapper's.
+        forward, backward = (_cast_result(r, self.compute_dtype) for r in (forward, backward))
         if self.return_sequences:
             merged = self.merge(forward.outputs, backward.outputs, mask)
         else:

@@ -123,7 +123,7 @@ class Recurrent(keras.layers.Layer):
         self.boundary = None
         if self.initial_state == "learned":
             self.boundary = LearnedBoundaryState(
-                self.cell.units, self.cell.state_count, name="boundary_state"
+                self.cell.units, self.cell.state_count, name="boundary_state", dtype=self.dtype_policy
             )
         self.supports_masking = True
 
