@@ -76,12 +76,13 @@ def test_gradients_match_oracle_bptt(cell_name, merge_name):
     [("simple_relu", "projection_softmax"), ("gru_reset_before", "mul"), ("lstm", "none")],
 )
 def test_gradients_of_sentence_output(cell_name, merge_name):
-    """return_sequences=False: BPTT from the final states, masked batch."""
+    """return_sequences=False: BPTT from the final states, masked batch
+    (training path; test_constant_initial_state takes this output's gradient
+    through an inference call for every cell)."""
     case = make_case(cell_name, merge_name, seed=3, return_sequences=False)
     d_output = case.random_d_output()
     expected = case.oracle_grads(d_output, MASK)
-    for training in TRAINING_MODES:
-        case.assert_grads_match(case.tf_grads(d_output, MASK, training=training), expected)
+    case.assert_grads_match(case.tf_grads(d_output, MASK, training=True), expected)
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,14 @@ CELL_CONFIGS = {
 }
 
 
+CELL_ATTRIBUTES = {
+    "simple_relu_no_bias": {"units": U, "activation": "relu", "use_bias": False},
+    "gru_reset_after": {"reset_after": True, "dropout": 0.1, "recurrent_dropout": 0.2, "seed": 3},
+    "gru_reset_before": {"reset_after": False, "recurrent_activation": "hard_sigmoid"},
+    "lstm": {"unit_forget_bias": False},
+}
+
+
 @pytest.mark.parametrize("name", list(CELL_CONFIGS))
 def test_cell_config_round_trip(name):
     """One step through the Keras cell protocol: (output, new states)."""
@@ -60,8 +68,11 @@ def test_cell_config_round_trip(name):
               for k in ("kernel", "recurrent_kernel", "bias")}
     _, final = ref.run_direction(kind, params, X[:, :1], initial_state=states, **kwargs)
     assert_all_close(new_states, final, atol=1e-5, rtol=1e-5)
-    config = clone.get_config()
-    assert config["units"] == U and config["dropout"] == cell.dropout
+    # The non-default constructor arguments survive (they shape
+    # initialisation and training, not just this step).
+    for attribute, value in CELL_ATTRIBUTES[name].items():
+        got = getattr(clone, attribute)
+        assert (got.__name__ if callable(got) and hasattr(got, "__name__") else got) == value, attribute
 
 
 RECURRENTS = {
@@ -81,7 +92,8 @@ def test_recurrent_config_round_trip(name):
     clone.set_weights(layer.get_weights())
     expected = to_numpy(layer(X, mask=MASK))
     assert_all_close(clone(X, mask=MASK), expected, atol=0, rtol=0)
-    assert clone.reverse == layer.reverse and clone.initial_state == layer.initial_state
+    for attribute in ("reverse", "initial_state", "return_sequences", "return_state"):
+        assert getattr(clone, attribute) == getattr(layer, attribute), attribute
 
 
 BIDIRECTIONALS = {
@@ -113,7 +125,26 @@ def test_bidirectional_config_round_trip(name):
     expected = to_numpy(layer(X, mask=MASK))
     assert_all_close(clone(X, mask=MASK), expected, atol=0, rtol=0)
     assert type(clone.backward.cell) is type(layer.backward.cell)
-    assert clone.merge_mode == layer.merge_mode
+    for attribute in ("merge_mode", "initial_state", "return_sequences", "return_state", "projection_units"):
+        assert getattr(clone, attribute) == getattr(layer, attribute), attribute
+    if layer.projection is not None:
+        assert clone.projection.activation is layer.projection.activation
+
+
+def test_directional_projection_config_round_trip():
+    """kb.DirectionalProjection alone: y = softmax(h_f V_f + h_b V_b + c)."""
+    layer = kb.DirectionalProjection(5, activation="softmax")
+    layer.build((None, U), (None, U))
+    _randomize(layer, seed=27)
+    clone = _clone(layer)
+    clone.build((None, U), (None, U))
+    clone.set_weights(layer.get_weights())
+    rng = np.random.default_rng(28)
+    h_f, h_b = (rng.normal(size=(B, T, U)).astype(np.float32) for _ in range(2))
+    V_f, V_b, c = layer.get_weights()
+    expected = ref.merge(h_f, h_b, "projection", dict(V_f=V_f, V_b=V_b, c=c), "softmax")
+    np.testing.assert_allclose(clone(h_f, h_b), expected, atol=1e-6)
+    np.testing.assert_allclose(layer(h_f, h_b), expected, atol=1e-6)
 
 
 def test_config_round_trip_reproduces_oracle_numbers():
