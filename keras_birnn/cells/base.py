@@ -1,10 +1,9 @@
 """What every cell shares: weights in Keras's layout, dropout masks, config.
 
 A cell is one step of a recurrence and knows nothing of loops or directions.
-It splits a step into two pure pieces so that a loop can choose where to
-put them: `input_projection` (no dependence on the state, so it may be
-computed for all steps at once) and `recurrent_step` (the part that must
-run sequentially).
+A step is the input projection `x_t kernel + input_bias` followed by the
+cell's pure step maths (`step_math()`: `forward`, and the hand-written
+`backward` that the loop's BPTT uses).
 """
 
 from typing import Any, Optional, Sequence
@@ -162,18 +161,8 @@ class RecurrentCell(keras.layers.Layer):
 
     @staticmethod
     def input_projection(inputs, kernel, input_bias):
-        """`inputs @ kernel + input_bias` for one step or a whole sequence.
-
-        A sequence is flattened to one 2-D matmul: an einsum with an
-        ellipsis has a gradient ten times slower on CPU.
-        """
-        if inputs.shape.rank == 2:
-            projected = tf.matmul(inputs, kernel)
-        else:
-            lead = tf.shape(inputs)[:-1]
-            flat = tf.matmul(tf.reshape(inputs, [-1, tf.shape(inputs)[-1]]), kernel)
-            projected = tf.reshape(flat, tf.concat([lead, tf.shape(kernel)[-1:]], 0))
-            projected.set_shape(inputs.shape[:-1].concatenate(kernel.shape[-1:]))
+        """`inputs @ kernel + input_bias` for one step `[batch, features]`."""
+        projected = tf.matmul(inputs, kernel)
         return projected if input_bias is None else projected + input_bias
 
     def step_math(self):

@@ -93,13 +93,6 @@ class GRUMath(NamedTuple):
         return d_projected, [d_h * z + d_h_in], d_kernel, d_bias
 
 
-def gru_step(projected, h, recurrent_kernel, recurrent_bias, activation, recurrent_activation,
-             reset_after, state_mask=None):
-    """One GRU step given the input projection `x_t W + b_in` of this step."""
-    math = GRUMath(activation, recurrent_activation, reset_after)
-    return math.forward(projected, [h], recurrent_kernel, recurrent_bias, state_mask)[0][0]
-
-
 @keras_birnn_export("keras_birnn.GRUCell")
 class GRUCell(RecurrentCell):
     """Gated recurrent unit with Keras's weight layout.

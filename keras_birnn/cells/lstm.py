@@ -59,14 +59,6 @@ class LSTMMath(NamedTuple):
         return d_pre, [d_h_in, d_c * f], tf.matmul(h_in, d_pre, transpose_a=True), None
 
 
-def lstm_step(projected, h, c, recurrent_kernel, activation, recurrent_activation, state_mask=None):
-    """One LSTM step given the input projection `x_t W + b`; returns (h, c)."""
-    new_states, _ = LSTMMath(activation, recurrent_activation).forward(
-        projected, [h, c], recurrent_kernel, None, state_mask
-    )
-    return tuple(new_states)
-
-
 class _ForgetGateOnes(initializers.Initializer):
     """Bias initializer: the wrapped one, with the forget-gate block set to 1."""
 

@@ -39,11 +39,6 @@ class SimpleRNNMath(NamedTuple):
         return d_pre, [d_h], tf.matmul(h_in, d_pre, transpose_a=True), None
 
 
-def simple_rnn_step(projected, h, recurrent_kernel, activation, state_mask=None):
-    """One step given the input projection `x_t U + b` of this step."""
-    return SimpleRNNMath(activation).forward(projected, [h], recurrent_kernel, None, state_mask)[0][0]
-
-
 @keras_birnn_export("keras_birnn.SimpleRNNCell")
 class SimpleRNNCell(RecurrentCell):
     """Fully connected recurrent cell, the cell of seeds 000 and 002.
