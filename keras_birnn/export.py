@@ -67,7 +67,8 @@ def export_saved_model(
     - `"serving_default"`: inputs `inputs` (the model's input, batch and
       time sizes dynamic) and, with `lengths_input=True`, `lengths` (int32
       `[batch]`, the number of valid steps of each right-padded row; values
-      are clipped to `[0, time]`).
+      are clipped to `[0, time]`; a size other than the batch's is an
+      InvalidArgumentError).
     - `"serving_unpadded"` (only with `lengths_input=True`): input `inputs`
       alone, every step valid (or, for a model whose first layer is
       `Embedding(mask_zero=True)` / `Masking`, masked by the model itself as
@@ -338,7 +339,15 @@ def _padding_marker(model):
 
 
 def _call_with_lengths(model, inputs, lengths, marker):
-    mask = tf.sequence_mask(lengths, tf.shape(inputs)[1])
+    # One length per row: a `lengths` of size 1 would otherwise broadcast
+    # over the batch (silently, for models that mask by value).
+    check = tf.debugging.assert_equal(
+        tf.shape(lengths)[0],
+        tf.shape(inputs)[0],
+        message="`lengths` must have one entry per row of `inputs` (size of lengths, batch of inputs):",
+    )
+    with tf.control_dependencies([check]):
+        mask = tf.sequence_mask(lengths, tf.shape(inputs)[1])
     if marker is not None:
         fill = tf.cast(marker, inputs.dtype)
         where = mask if inputs.shape.rank == 2 else mask[..., None]

@@ -75,6 +75,24 @@ class LearnedBoundaryState(keras.layers.Layer):
         return config
 
 
+def _refuse_keras_rnn_arguments(kwargs) -> None:
+    """keras.layers.RNN arguments a kb.Recurrent does not take, with what to
+    use instead (Keras's own message only says "Unrecognized keyword")."""
+    if kwargs.get("go_backwards"):
+        raise ValueError(
+            "kb.Recurrent has no `go_backwards`: use reverse=True (outputs stay aligned with the "
+            "inputs). keras.layers.Bidirectional cannot wrap a kb.Recurrent (it sets go_backwards); "
+            "use kb.Bidirectional(cell or kb.Recurrent) instead."
+        )
+    if kwargs.get("stateful"):
+        raise ValueError(
+            "kb.Recurrent keeps no state between calls (stateful=True is not supported). To stream, "
+            "call layer.step(x_t, states) and carry the states, or pass initial_state=[...] per call."
+        )
+    for name in ("go_backwards", "stateful"):
+        kwargs.pop(name, None)  # False: Keras's default, accepted
+
+
 @keras_birnn_export("keras_birnn.Recurrent")
 class Recurrent(keras.layers.Layer):
     """Runs a cell over a sequence in one direction.
@@ -114,6 +132,7 @@ class Recurrent(keras.layers.Layer):
         initial_state: InitialState = "zeros",
         **kwargs,
     ):
+        _refuse_keras_rnn_arguments(kwargs)
         super().__init__(**kwargs)
         self.cell = deserialize_cell(cell)
         self.reverse = bool(reverse)
@@ -155,19 +174,36 @@ class Recurrent(keras.layers.Layer):
                     f"`initial_state` must be a list of {count} tensors [batch, {self.cell.units}] "
                     f"for {type(self.cell).__name__}, received {len(given)}."
                 )
-            return [self._check_state(tf.cast(s, dtype)) for s in given]
+            return [self._check_state(tf.cast(s, dtype), batch_size) for s in given]
         if self.boundary is not None:
             return self.boundary.broadcast(batch_size, dtype)
         value = 0.0 if self.initial_state == "zeros" else self.initial_state
         return [tf.fill([batch_size, self.cell.units], tf.cast(value, dtype)) for _ in range(count)]
 
-    def _check_state(self, state):
+    def _check_state(self, state, batch_size):
         if state.shape.rank != 2 or state.shape[-1] not in (None, self.cell.units):
             raise ValueError(
                 f"Each initial state must have shape [batch, {self.cell.units}], "
                 f"received shape {state.shape}."
             )
-        return state
+        # The batch must be the inputs' (a wrong one used to fail deep in the
+        # XLA loop, "Incompatible shapes" or "loop body do not match").
+        batch = tf.get_static_value(batch_size)
+        if batch is not None and state.shape[0] is not None:
+            if state.shape[0] != batch:
+                raise ValueError(
+                    f"Each initial state must have shape [batch, {self.cell.units}] with the inputs' "
+                    f"batch size {batch}, received shape {state.shape}."
+                )
+            return state
+        check = tf.debugging.assert_equal(
+            tf.shape(state)[0],
+            batch_size,
+            message=f"Each initial state must have shape [batch, {self.cell.units}] with the batch size "
+            "of the inputs (batch of the state, batch of the inputs):",
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(state)
 
     def direction(self, inputs, mask=None, initial_state=None, training=None) -> recurrence.Direction:
         """This layer's recurrence as a loop-ready `recurrence.Direction`."""
