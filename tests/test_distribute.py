@@ -52,8 +52,7 @@ def make_model():
     keras.utils.set_random_seed(11)
     inputs = keras.Input((None, 3))
     h = keras.layers.Masking(0.0)(inputs)
-    h = kb.Bidirectional(kb.GRUCell(4), return_sequences=True)(h)
-    h = kb.Bidirectional(kb.LSTMCell(3), merge_mode="projection", projection_units=2,
+    h = kb.Bidirectional(kb.LSTMCell(4), merge_mode="projection", projection_units=2,
                          initial_state="learned")(h)
     model = keras.Model(inputs, h)
     model.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
