@@ -4,10 +4,14 @@ The oracle is the same layer under the "float32" policy with the same
 weights. Tolerances are multiples of the low-precision unit roundoff u
 (float16: 2^-11 ~ 4.9e-4; bfloat16: 2^-8 ~ 3.9e-3). Outputs here are of
 order 1 (tanh / sigmoid / softmax); every step rounds the state, and the
-recurrence damps earlier errors, so the error stays a few u however long
-the sequence: measured max |y_low - y_32| over these configurations at
-T = 30 was 1.6e-3 (3.3 u) for float16 and 1.2e-2 (3.1 u) for bfloat16
-(SimpleRNN, the least damped cell, is the worst). The tests allow 8 u.
+recurrence damps earlier errors, so the error stays a few u and grows only
+slowly with the length. Measured max |y_low - y_32| over these
+configurations: at T = 20 (the tests) 3.0 u for float16 and 3.3 u for
+bfloat16; at T = 30, 3.3 u and 3.1 u; at T = 200, 4.2 u and 3.8 u (SimpleRNN,
+the least damped cell, is the worst). The tests allow 8 u for outputs.
+Gradients sum B*T terms computed from rounded states: measured 6.0 u
+(float16) and 6.9 u (bfloat16) relative to each gradient's largest entry;
+the tests allow 16 u.
 """
 
 import keras
@@ -22,14 +26,17 @@ UNIT_ROUNDOFF = {"mixed_float16": 2.0**-11, "mixed_bfloat16": 2.0**-8}
 LOW = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
 B, T, F = 4, 20, 3
 
+def _lstm_projection(return_state=False):
+    return kb.Bidirectional(kb.LSTMCell(8), merge_mode="projection", projection_units=4,
+                            projection_activation="softmax", return_sequences=True,
+                            initial_state="learned", return_state=return_state)
+
+
 LAYERS = {
     "gru_concat_tagger": lambda: kb.Bidirectional(kb.GRUCell(8), return_sequences=True),
-    "classic_gru_ave_sentence": lambda: kb.Bidirectional(kb.GRUCell(8, reset_after=False), merge_mode="ave"),
-    "lstm_projection_learned": lambda: kb.Bidirectional(
-        kb.LSTMCell(8), merge_mode="projection", projection_units=4, projection_activation="softmax",
-        return_sequences=True, initial_state="learned"),
-    "lstm_pair_states": lambda: kb.Bidirectional(kb.LSTMCell(8), merge_mode=None, return_state=True,
-                                                 initial_state=0.5),
+    "classic_gru_ave_sentence": lambda: kb.Bidirectional(kb.GRUCell(8, reset_after=False), merge_mode="ave",
+                                                         initial_state=0.5),
+    "lstm_projection_learned_states": lambda: _lstm_projection(return_state=True),
     "simple_reverse_recurrent": lambda: kb.Recurrent(
         kb.SimpleRNNCell(8), reverse=True, return_sequences=True, return_state=True, initial_state=0.5),
 }
@@ -115,10 +122,9 @@ def test_float32_variables_low_precision_loop_outputs_close_to_float32(name, pol
 
 def test_bptt_gradients_close_to_float32(policy):
     """The training path (hand-written BPTT, `training=True`) in low precision:
-    every variable's gradient within 8 u of the float32 one, relative to
-    the largest entry of that gradient (measured: float16 <= 4.5 u,
-    bfloat16 <= 3.1 u)."""
-    factory = LAYERS["lstm_projection_learned"]
+    every variable's gradient within 16 u of the float32 one, relative to
+    the largest entry of that gradient."""
+    factory = _lstm_projection
     reference, weights = _float32_twin(factory, policy, seed=32)
     layer = factory()
     layer.build((None, None, F))
@@ -138,7 +144,7 @@ def test_bptt_gradients_close_to_float32(policy):
         assert g.dtype == tf.float32, variable.path
         scale = float(np.abs(np.asarray(e)).max())
         error = float(np.abs(np.asarray(g) - np.asarray(e)).max())
-        assert error <= 8 * UNIT_ROUNDOFF[policy] * scale, (variable.path, error, scale)
+        assert error <= 16 * UNIT_ROUNDOFF[policy] * scale, (variable.path, error, scale)
 
 
 def test_fit_lowers_the_loss(policy):
@@ -172,12 +178,11 @@ def test_wrapper_dtype_governs_its_directions(policy):
     float32 (its directions and projection follow it): the float32 layer's
     numbers. A kb.Recurrent passed in keeps its own dtype; its outputs are cast
     to the wrapper's."""
-    factory = LAYERS["lstm_projection_learned"]
-    reference, weights = _float32_twin(factory, policy, seed=34)
+    reference, weights = _float32_twin(_lstm_projection, policy, seed=34)
     x, mask = _inputs(2)
     layer = kb.Bidirectional(kb.LSTMCell(8), merge_mode="projection", projection_units=4,
                              projection_activation="softmax", return_sequences=True,
-                             initial_state="learned", dtype="float32")
+                             initial_state="learned", dtype="float32")  # _lstm_projection's twin
     layer.build((None, None, F))
     layer.set_weights(weights)
     assert {layer.forward.compute_dtype, layer.backward.compute_dtype, layer.projection.compute_dtype} == {"float32"}
