@@ -1,10 +1,14 @@
 """Peak memory of one training step against sequence length, ours vs Keras.
 
-Each (peer, T) runs in its own fresh process. The step runs once to compile
-(graph building and XLA compilation are one-time costs), then the kernel's
-peak-RSS counter is reset (`/proc/self/clear_refs`), the step runs again, and
-the figure is that run's peak resident memory minus the resident memory just
-before it: what a training step at that length costs, every step.
+Each (peer, T) runs in its own fresh process. The kernel's peak-RSS counter
+is reset (`/proc/self/clear_refs`) just before the first training step, and
+the figure is that step's peak resident memory minus the resident memory
+just before it. It includes tracing and compilation, a roughly constant
+offset, which cancels in the growth per step of T between two lengths (the
+figure that matters). A second step cannot be measured this way: the memory
+the first one touched stays resident (TensorFlow's CPU allocations are not
+returned to the OS), so the second step's peak above it is ~0 whatever T.
+(An earlier version measured that and printed ~0 MB for every length.)
 
     python benchmarks/bench_memory.py                       # T = 1k, 5k, 20k
     python benchmarks/bench_memory.py --lengths 1000 2000   # other lengths
@@ -38,11 +42,10 @@ def status_mb(field):
     for line in open("/proc/self/status"):
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
-[g.numpy() for g in step(x)]
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # resets VmHWM, the peak RSS
 before = status_mb("VmRSS")
-grads = [g.numpy() for g in step(x)]
+grads = [g.numpy() for g in step(x)]  # traces, compiles and runs one step
 after = status_mb("VmHWM")
 assert all(np.isfinite(g).all() for g in grads)
 print(json.dumps({"before_mb": before, "after_mb": after}))
@@ -70,8 +73,8 @@ def main(argv=None):
     parser.add_argument("--units", type=int, default=64)
     parser.add_argument("--peers", nargs="+", default=["keras_birnn", "keras"])
     args = parser.parse_args(argv)
-    print(f"peak memory of one training step (MB above the built model), batch {args.batch}, "
-          f"input {args.features}, hidden {args.units}")
+    print(f"peak memory of the first training step (MB above the built model, compilation included), "
+          f"batch {args.batch}, input {args.features}, hidden {args.units}")
     for cell in args.cells:
         rows = {}
         for steps in args.lengths:
@@ -85,12 +88,20 @@ def main(argv=None):
             ours, theirs = rows[("keras_birnn", steps)][0], rows.get(("keras", steps), (None,))[0]
             if ours and theirs:
                 print(f"{cell:5s} T={steps:6d} ours/keras memory x{ours / theirs:.2f}")
-        shortest, longest = min(args.lengths), max(args.lengths)
+        lengths = sorted(args.lengths)
+        slopes = {}
         for peer in args.peers:
-            low, high = rows[(peer, shortest)][0], rows[(peer, longest)][0]
-            if low is not None and high is not None and longest > shortest:
-                slope = 1024 * (high - low) / (longest - shortest)
-                print(f"{cell:5s} {peer:12s} growth {slope:6.1f} KB per step of T (T={shortest}..{longest})")
+            # Per interval (linear growth: about the same slope in each) and overall.
+            for low_t, high_t in list(zip(lengths, lengths[1:])) + [(lengths[0], lengths[-1])]:
+                low, high = rows[(peer, low_t)][0], rows[(peer, high_t)][0]
+                if low is not None and high is not None and high_t > low_t:
+                    slope = 1024 * (high - low) / (high_t - low_t)
+                    slopes[(peer, low_t, high_t)] = slope
+                    print(f"{cell:5s} {peer:12s} growth {slope:6.1f} KB per step of T (T={low_t}..{high_t})")
+        ours = slopes.get(("keras_birnn", lengths[0], lengths[-1]))
+        theirs = slopes.get(("keras", lengths[0], lengths[-1]))
+        if ours and theirs:
+            print(f"{cell:5s} growth per step of T, ours/keras x{ours / theirs:.2f}")
 
 
 if __name__ == "__main__":
