@@ -63,6 +63,8 @@ class DirectionResult(NamedTuple):
     final_states: List[tf.Tensor]
 
 
+_ACCUMULATE = tf.float32
+
 _DIFFERENTIABLE = ("inputs", "kernel", "input_bias", "recurrent_kernel", "recurrent_bias")
 
 
@@ -353,17 +355,19 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
             d_p, d_prev, d_kernel, d_bias = step(k, d, t, d_states[k])
             out[0].append(d_prev)
             out[1].append(d_projected[k].write(t, d_p))
-            out[2].append(d_kernels[k] + d_kernel)
-            out[3].append(d_biases[k] if d_bias is None else d_biases[k] + d_bias)
+            out[2].append(d_kernels[k] + tf.cast(d_kernel, _ACCUMULATE))
+            out[3].append(d_biases[k] if d_bias is None else d_biases[k] + tf.cast(d_bias, _ACCUMULATE))
         return (i + 1,) + out
 
     d_projected = [
         tf.TensorArray(d.inputs.dtype, size=steps, element_shape=[d.inputs.shape[0], d.kernel.shape[-1]])
         for d in directions
     ]
-    d_kernels = [tf.zeros_like(d.recurrent_kernel) for d in directions]
+    # Sums over time run in float32 whatever the compute dtype: in float16 a
+    # thousand-step sum of the recurrent gradients loses several percent.
+    d_kernels = [tf.zeros(d.recurrent_kernel.shape, _ACCUMULATE) for d in directions]
     d_biases = [
-        tf.zeros_like(d.recurrent_bias) if d.recurrent_bias is not None else tf.zeros([], d.inputs.dtype)
+        tf.zeros(d.recurrent_bias.shape if d.recurrent_bias is not None else [], _ACCUMULATE)
         for d in directions
     ]
     _, d_states, d_projected, d_kernels, d_biases = tf.while_loop(
@@ -372,4 +376,8 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         (tf.constant(0), [final for _, final in output_grads], d_projected, d_kernels, d_biases),
         maximum_iterations=steps,
     )
-    return [a.stack() for a in d_projected], list(zip(d_kernels, d_biases)), d_states
+    d_recurrent = [
+        (tf.cast(dk, d.recurrent_kernel.dtype), tf.cast(db, d.inputs.dtype))
+        for d, dk, db in zip(directions, d_kernels, d_biases)
+    ]
+    return [a.stack() for a in d_projected], d_recurrent, d_states
