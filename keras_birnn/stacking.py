@@ -193,16 +193,21 @@ class StackedBidirectional(keras.layers.Layer):
                     merge_mode=merge_mode,
                     return_sequences=self.return_sequences or k < len(self.units) - 1,
                     name=f"bidirectional_{k}",
+                    dtype=self.dtype_policy,  # the stack's dtype reaches every layer
                 )
             )
         self.dropouts = []
         if self.dropout:
             self.dropouts = [
-                keras.layers.Dropout(self.dropout, name=f"dropout_{k}") for k in range(1, len(self.units))
+                keras.layers.Dropout(self.dropout, name=f"dropout_{k}", dtype=self.dtype_policy)
+                for k in range(1, len(self.units))
             ]
         self.norms = []
         if self.layer_norm:
-            self.norms = [keras.layers.LayerNormalization(name=f"layer_norm_{k}") for k in range(len(self.units))]
+            self.norms = [
+                keras.layers.LayerNormalization(name=f"layer_norm_{k}", dtype=self.dtype_policy)
+                for k in range(len(self.units))
+            ]
         self.residual_used = None
         self.widths = None
         self.supports_masking = True
