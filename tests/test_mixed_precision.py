@@ -193,3 +193,22 @@ def test_wrapper_dtype_governs_its_directions(policy):
     outputs = mixed(x, mask=mask)
     assert mixed.forward.compute_dtype == LOW[policy]
     assert all(y.dtype == tf.float32 for y in outputs)
+
+
+def test_stack_dtype_governs_its_layers(policy):
+    """`kb.StackedBidirectional(..., dtype="float32")` under a mixed policy:
+    the float32 stack's numbers (its layers, dropout and normalization
+    follow the stack's policy)."""
+    x, mask = _inputs(3)
+    make = lambda **kw: kb.StackedBidirectional("gru", units=(4, 4), residual=True, layer_norm=True,  # noqa: E731
+                                                merge_mode="sum", **kw)
+    keras.mixed_precision.set_global_policy("float32")
+    reference = make()
+    reference.build((None, None, F))
+    keras.mixed_precision.set_global_policy(policy)
+    stack = make(dtype="float32")
+    stack.build((None, None, F))
+    stack.set_weights(reference.get_weights())
+    got = stack(x, mask=mask)
+    assert got.dtype == tf.float32
+    np.testing.assert_allclose(got, reference(x, mask=mask), atol=1e-6, rtol=1e-6)
