@@ -122,6 +122,7 @@ def swap_check(hidden: int, rng: np.random.Generator) -> str:
 
 def section_merge(args, rng) -> dict:
     print("1. concat vs sum: what addition loses")
+    keras.utils.set_random_seed(args.seed)
     print(swap_check(args.hidden, rng))
     x, y = first_vs_last_data(args.samples, args.length, rng)
     x_test, y_test = first_vs_last_data(args.samples // 2, args.length, rng)
