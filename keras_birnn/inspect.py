@@ -157,7 +157,7 @@ def _resolve(layer_or_model, inputs, mask, layer):
         values = keras.Model(model_inputs, outputs)(inputs, training=False)
         values = values if isinstance(values, (list, tuple)) else [values]
         x = values[0]
-        layer_mask = values[1] if mask_tensor is not None else keras.backend.get_keras_mask(x)
+        layer_mask = values[1] if mask_tensor is not None else getattr(x, "_keras_mask", None)
         if in_stack is not None:
             stack, index = in_stack
             x = stack.layer_input(x, index, mask=layer_mask, training=False)
