@@ -52,6 +52,16 @@ def policy(request):
         keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.fixture
+def float16_policy():
+    """mixed_float16 only: for dtype plumbing, the same for either low precision."""
+    try:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+        yield "mixed_float16"
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
 def _inputs(seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(B, T, F)).astype("float32")
@@ -173,7 +183,8 @@ def test_fit_lowers_the_loss(policy):
     assert {v.dtype for v in model.weights} == {"float32"}
 
 
-def test_wrapper_dtype_governs_its_directions(policy):
+def test_wrapper_dtype_governs_its_directions(float16_policy):
+    policy = float16_policy
     """`kb.Bidirectional(..., dtype="float32")` under a mixed policy computes in
     float32 (its directions and projection follow it): the float32 layer's
     numbers. A kb.Recurrent passed in keeps its own dtype; its outputs are cast
@@ -195,7 +206,8 @@ def test_wrapper_dtype_governs_its_directions(policy):
     assert all(y.dtype == tf.float32 for y in outputs)
 
 
-def test_stack_dtype_governs_its_layers(policy):
+def test_stack_dtype_governs_its_layers(float16_policy):
+    policy = float16_policy
     """`kb.StackedBidirectional(..., dtype="float32")` under a mixed policy:
     the float32 stack's numbers (its layers, dropout and normalization
     follow the stack's policy)."""

@@ -85,12 +85,11 @@ def heads_model():
     builder (with residuals and layer normalization)."""
     inputs, x = _masked_input()
     pair = kb.Bidirectional(kb.GRUCell(U), merge_mode=None, return_sequences=True)(x)
-    merged = kb.Bidirectional(kb.LSTMCell(U), return_sequences=True)(x)
     stack = kb.stacked_bidirectional("gru", units=(U, U), merge_mode="sum", residual=True,
                                      layer_norm=True, reset_after=False)(x)
     outputs = [
         kb.DirectionalProjection(3, activation="tanh")(pair[0], pair[1]),
-        kb.MaskedMeanPooling()(merged),
+        kb.MaskedMeanPooling()(stack),
         kb.MaskedMaxPooling()(pair),
         kb.AttentionPooling(5)(stack),
         kb.FinalStatePooling()(pair),
