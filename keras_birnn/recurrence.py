@@ -85,8 +85,9 @@ def run(
             of running the forward loop again.
     """
     static = (tuple(_static(d) for d in directions), mask is not None, return_sequences, bptt)
-    runner = _compiled_runner(static) if _XLA.enabled else _runner(static)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
+
+    runner = _compiled_runner(static) if _XLA.enabled else functools.partial(_differentiable_loop, static, False)
 
     def loop():
         return runner(_flatten(directions), mask if mask is not None else no_mask)
@@ -156,21 +157,84 @@ def _unflatten(flat, specs) -> List[Direction]:
     return rebuilt
 
 
-def _runner(static):
-    specs, has_mask, return_sequences, bptt = static
+@functools.lru_cache(maxsize=None)
+def _compiled_runner(static):
+    # A plain tf.function holding the custom gradient, around XLA-compiled
+    # loops: TensorFlow differentiates this function, never an XLA one.
+    return tf.function(functools.partial(_differentiable_loop, static, True), reduce_retracing=True)
 
-    def run_flat(flat, mask):
-        directions = _unflatten(list(flat), specs)
-        return _run_with_bptt(directions, mask if has_mask else None, return_sequences, keep=bptt)
 
-    return run_flat
+def _differentiable_loop(static, xla, flat, mask):
+    """The loops under `tf.custom_gradient`, from outside: TensorFlow never
+    differentiates a loop, nor an XLA-compiled function (which it cannot do
+    when the gradient needs the loop's TensorLists), it only calls them.
+
+    With `keep` (training) the forward loop keeps what BPTT needs; without it
+    (inference) it keeps nothing, and a gradient asked for anyway recomputes
+    the forward loop first. The state masks (recurrent dropout) are constants.
+    """
+    forward, recompute, backward = _loop_functions(static, xla)
+    keep = static[3]
+    constant = _state_mask_positions(static[0])
+
+    @tf.custom_gradient
+    def recurrence(*flat_inputs):
+        flat_inputs = list(flat_inputs)
+        flat_out, memory = forward(flat_inputs, mask)
+
+        def grad(*d_flat_out):
+            kept = memory if keep else recompute(flat_inputs, mask)[1]
+            d_flat_out = [tf.zeros_like(o) if g is None else g for g, o in zip(d_flat_out, flat_out)]
+            grads = iter(backward(flat_inputs, mask, kept, d_flat_out))
+            return [None if k in constant else next(grads) for k in range(len(flat_inputs))]
+
+        return flat_out, grad
+
+    return recurrence(*flat)
+
+
+def _state_mask_positions(specs) -> set:
+    positions, pos = set(), 0
+    for _, _, n_states, present, _, _ in specs:
+        pos += sum(present[:-1]) + n_states
+        if present[-1]:
+            positions.add(pos)
+            pos += 1
+    return positions
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled_runner(static):
-    # One XLA-compiled function per loop structure, reused across calls
-    # (eagerly too); XLA compiles it once per concrete input shape.
-    return tf.function(_runner(static), jit_compile=True, reduce_retracing=True)
+def _loop_functions(static, xla: bool):
+    """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
+    memory, and backward(flat, mask, memory, d_outputs) -> gradients. With
+    XLA, each is compiled once per loop structure and reused across calls
+    (eagerly too); XLA compiles it once per concrete input shape."""
+    specs, has_mask, return_sequences, keep = static
+
+    def forward_fn(keep_for_bptt):
+        def forward(flat, mask):
+            directions = _unflatten(list(flat), specs)
+            sequences, final_states, memory = _forward_loop(
+                directions, mask if has_mask else None, return_sequences, keep_for_bptt
+            )
+            flat_out = _flatten_outputs(sequences, final_states, return_sequences)
+            return flat_out, [t for kept in memory for t in kept]
+
+        return forward
+
+    def backward(flat, mask, memory, d_flat_out):
+        directions = _unflatten(list(flat), specs)
+        grouped, pos = [], 0
+        for d in directions:
+            size = 1 + len(d.initial_states)  # saved, then the incoming states
+            grouped.append(list(memory[pos : pos + size]))
+            pos += size
+        return _backward(directions, mask if has_mask else None, return_sequences, grouped, list(d_flat_out))
+
+    functions = (forward_fn(keep), forward_fn(True), backward)
+    if not xla:
+        return functions
+    return tuple(tf.function(f, jit_compile=True, reduce_retracing=True) for f in functions)
 
 
 def _time_index(direction: Direction, i, steps):
@@ -258,33 +322,6 @@ def _unflatten_outputs(flat_out, directions, return_sequences):
         results.append(DirectionResult(seq, states))
         pos += n
     return results
-
-
-def _run_with_bptt(directions, mask, return_sequences, keep):
-    """The loop under `tf.custom_gradient`; returns the flat outputs.
-
-    With `keep` (training) the forward loop keeps what BPTT needs; without it
-    (inference) it keeps nothing, and a gradient asked for anyway recomputes
-    the forward loop first. TensorFlow never differentiates the loop itself,
-    which also could not cross the boundary of an XLA-compiled function.
-    The state masks (recurrent dropout) are constants of the gradient.
-    """
-    plain = [d._replace(state_mask=None) for d in directions]
-    specs = [_static(d) for d in plain]
-    state_masks = [d.state_mask for d in directions]
-
-    @tf.custom_gradient
-    def recurrence(*flat_inputs):
-        dirs = [d._replace(state_mask=m) for d, m in zip(_unflatten(list(flat_inputs), specs), state_masks)]
-        sequences, final_states, memory = _forward_loop(dirs, mask, return_sequences, keep_for_bptt=keep)
-
-        def grad(*d_flat_out):
-            kept = memory if keep else _forward_loop(dirs, mask, return_sequences, keep_for_bptt=True)[2]
-            return _backward(dirs, mask, return_sequences, kept, list(d_flat_out))
-
-        return _flatten_outputs(sequences, final_states, return_sequences), grad
-
-    return recurrence(*_flatten(plain))
 
 
 def _split_output_grads(directions, return_sequences, d_flat_out):
