@@ -1,9 +1,9 @@
 """The bad-input catalogue (issue 7): one test per row of README.md's
 "Bad input" table. Each asserts what the user gets: the exception type and
 a message naming the problem, or a defined result checked against the
-NumPy oracle. Every refusal sits next to a positive control (the same
-call with a valid input gives the oracle's numbers), so a test cannot
-pass by everything failing.
+NumPy oracle. Refusals come with a positive control in the same test or
+its neighbour (the same call with a valid input gives the oracle's
+numbers), so a test cannot pass by everything failing.
 
 tests/test_errors.py holds the constructor and call-argument messages;
 this file covers what it does not: sizes known only at run time (graphs),
