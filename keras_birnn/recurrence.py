@@ -87,7 +87,14 @@ def run(
     static = (tuple(_static(d) for d in directions), mask is not None, return_sequences, bptt)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
 
-    runner = _compiled_runner(static) if _XLA.enabled else functools.partial(_differentiable_loop, static, False)
+    if _XLA.enabled and not tf.executing_eagerly():
+        runner = _compiled_runner(static)
+    else:
+        # Eagerly the custom gradient goes on the tape directly: a gradient
+        # taken through the cached tf.function after it had been traced in
+        # another graph (model.fit) failed with "TensorList crossing the
+        # XLA/TF boundary".
+        runner = functools.partial(_differentiable_loop, static, _XLA.enabled)
 
     def loop():
         return runner(_flatten(directions), mask if mask is not None else no_mask)
@@ -179,7 +186,10 @@ def _differentiable_loop(static, xla, flat, mask):
 
     @tf.custom_gradient
     def recurrence(*flat_inputs):
-        flat_inputs = list(flat_inputs)
+        # stop_gradient: an active tape must not record the loops themselves
+        # (it would ask the XLA function for its TensorList intermediates);
+        # `grad` below is the only way back.
+        flat_inputs = [tf.stop_gradient(t) for t in flat_inputs]
         flat_out, memory = forward(flat_inputs, mask)
 
         def grad(*d_flat_out):
