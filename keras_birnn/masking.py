@@ -51,11 +51,6 @@ def lengths_to_mask(lengths, max_length) -> tf.Tensor:
     return tf.sequence_mask(lengths, max_length)
 
 
-def mask_to_lengths(mask) -> tf.Tensor:
-    """Number of valid steps per row (holes count as invalid)."""
-    return tf.reduce_sum(tf.cast(mask, tf.int32), axis=-1)
-
-
 def zero_padding(inputs, mask) -> tf.Tensor:
     """Replaces padded positions by zeros.
 

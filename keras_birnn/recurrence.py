@@ -351,10 +351,14 @@ def _split_output_grads(directions, return_sequences, d_flat_out):
 
 def _backward(directions, mask, return_sequences, memory, d_flat_out):
     """Seed 001's BPTT, then the input projection's gradient in bulk."""
-    d_projected, d_recurrent, d_initial = _backward_loop(directions, mask, return_sequences, memory, d_flat_out)
+    all_inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
+    d_projected, d_recurrent, d_initial = _backward_loop(
+        directions, mask, return_sequences, memory, d_flat_out, all_inputs_tm
+    )
     grads = []
-    for d, d_p, (d_kernel, d_bias), d_init in zip(directions, d_projected, d_recurrent, d_initial):
-        inputs_tm = tf.transpose(d.inputs, [1, 0, 2])
+    for d, inputs_tm, d_p, (d_kernel, d_bias), d_init in zip(
+        directions, all_inputs_tm, d_projected, d_recurrent, d_initial
+    ):
         features, width = tf.shape(inputs_tm)[-1], tf.shape(d_p)[-1]
         flat_x, flat_dp = tf.reshape(inputs_tm, [-1, features]), tf.reshape(d_p, [-1, width])
         d_inputs = tf.reshape(tf.matmul(flat_dp, d.kernel, transpose_b=True), tf.shape(inputs_tm))
@@ -369,7 +373,7 @@ def _backward(directions, mask, return_sequences, memory, d_flat_out):
     return grads
 
 
-def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
+def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, inputs_tm):
     """Each direction walks back over its own time order; returns time-major
     gradients of the projected inputs, the recurrent weights' gradients
     summed over time, and the initial states' gradients."""
@@ -377,7 +381,6 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads]
-    inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
 
     def step(k, d, t, d_state):
         d_new = list(d_state)
