@@ -11,19 +11,25 @@ right padding, left padding and holes alike, in both directions: a backward
 direction simply meets a row's padding before its valid steps.
 
 Each step projects its own input (`x_t W + b`) inside the loop rather than
-projecting the whole sequence up front: under XLA a hoisted projection made
-the loop about twice as slow (the per-step slice of the big projected
-buffer is fused into the gate arithmetic, which then runs unvectorised;
-measured in benchmarks/README.md), and without XLA it gained nothing.
+projecting the whole sequence up front: with the per-step reads below,
+hoisting the projection measured no faster under XLA, and without them
+it was twice as slow (benchmarks/README.md).
+
+Every per-step slice (inputs, kept memory, output gradients, mask) is read
+one iteration ahead into a loop-carried tensor (`_time_loop`): XLA's CPU
+backend otherwise fuses the slice into the elementwise kernel that uses
+it, and such a kernel is left unvectorised.
 
 Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
 seed 001 instead of autodiff through `tf.while_loop`. The forward loop keeps
-only each step's projected input, incoming states and what the cell's step
-maths save; one reverse loop then walks every direction back over time (the
-forward direction from the last step to the first, the backward one from the
-first to the last) and sums the recurrent weights' gradients over time. The
-input weights' and inputs' gradients are then single large matmuls outside
-the loop.
+each step's incoming states and what the cell's step maths save (the
+gates' pre-activations, so the backward step needs no matmul to rebuild
+them); one reverse loop then walks every direction back over time (the
+forward direction from the last step to the first, the backward one from
+the first to the last) and records each step's gate gradients. Every
+gradient that is a sum over time (input and recurrent kernels, biases) and
+the inputs' gradient are then single large matmuls over all steps at once,
+outside the compiled loop.
 """
 
 import contextlib
@@ -168,7 +174,7 @@ def _unflatten(flat, specs) -> List[Direction]:
 def _compiled_runner(static):
     # A plain tf.function holding the custom gradient, around XLA-compiled
     # loops: TensorFlow differentiates this function, never an XLA one.
-    return tf.function(functools.partial(_differentiable_loop, static, True), reduce_retracing=True)
+    return tf.function(functools.partial(_differentiable_loop, static, True), reduce_retracing=True, autograph=False)
 
 
 def _differentiable_loop(static, xla, flat, mask):
@@ -232,19 +238,34 @@ def _loop_functions(static, xla: bool):
 
         return forward
 
-    def backward(flat, mask, memory, d_flat_out):
+    def backward_loop(flat, mask, memory, d_flat_out):
         directions = _unflatten(list(flat), specs)
-        grouped, pos = [], 0
-        for d in directions:
-            size = 1 + len(d.initial_states)  # saved, then the incoming states
-            grouped.append(list(memory[pos : pos + size]))
-            pos += size
-        return _backward(directions, mask if has_mask else None, return_sequences, grouped, list(d_flat_out))
+        records, d_initial = _backward_loop(
+            directions, mask if has_mask else None, return_sequences, _group_memory(directions, memory), d_flat_out
+        )
+        return records, d_initial
 
-    functions = (forward_fn(keep), forward_fn(True), backward)
-    if not xla:
-        return functions
-    return tuple(tf.function(f, jit_compile=True, reduce_retracing=True) for f in functions)
+    def backward(flat, mask, memory, d_flat_out):
+        # Only the loop is compiled: the sums over time are a few large
+        # matmuls that TensorFlow's own kernels run as fast, and leaving
+        # them out of XLA halves the backward pass's compile time.
+        records, d_initial = loops[2](flat, mask, memory, d_flat_out)
+        directions = _unflatten(list(flat), specs)
+        return _bulk_gradients(directions, _group_memory(directions, memory), records, d_initial)
+
+    loops = (forward_fn(keep), forward_fn(True), backward_loop)
+    if xla:
+        loops = tuple(tf.function(f, jit_compile=True, reduce_retracing=True, autograph=False) for f in loops)
+    return loops[0], loops[1], backward
+
+
+def _group_memory(directions, memory) -> list:
+    grouped, pos = [], 0
+    for d in directions:
+        size = 1 + len(d.initial_states)  # saved, then the incoming states
+        grouped.append(list(memory[pos : pos + size]))
+        pos += size
+    return grouped
 
 
 def _time_index(direction: Direction, i, steps):
@@ -260,44 +281,72 @@ def _array(like, steps):
     return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
 
+def _time_loop(steps, read, body, state):
+    """`tf.while_loop` over `i` in `[0, steps)`; `body(i, current, state)`
+    gets `current = read(i)`, a list of per-step slices, as loop-carried
+    tensors read one iteration ahead.
+
+    Why not slice inside the body: XLA's CPU backend fuses a per-step slice
+    into the elementwise kernel that consumes it, and such a kernel is not
+    vectorised (its LLVM IR has no vector types; 4-9 times slower, measured
+    in benchmarks/README.md). A loop-carried value is always materialised
+    by a plain copy, so the step's arithmetic reads ordinary buffers.
+    """
+
+    def loop_body(i, current, state):
+        state = body(i, current, state)
+        return i + 1, read(tf.minimum(i + 1, steps - 1)), state
+
+    _, _, state = tf.while_loop(
+        lambda i, *_: i < steps, loop_body, (tf.constant(0), read(0), state), maximum_iterations=steps
+    )
+    return state
+
+
 def _forward_loop(directions, mask, return_sequences, keep_for_bptt):
     """The loop itself. With `keep_for_bptt`, also returns per direction the
     time-major stacks of what the step maths saved and of the incoming states
-    (the projected inputs are cheaper to recompute than to keep)."""
+    (what the backward step needs; the projected inputs are not kept)."""
     inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
 
-    def step(k, d, t, states):
-        projected = _project(d, inputs_tm[k][t])
-        stepped, saved = d.math.forward(projected, states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
+    def read(i):
+        current = []
+        for k, d in enumerate(directions):
+            t = _time_index(d, i, steps)
+            current.append(inputs_tm[k][t])
+            if mask_tm is not None:
+                current.append(mask_tm[t])
+        return current
+
+    def step(d, x_t, valid, states):
+        stepped, saved = d.math.forward(_project(d, x_t), states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
         emitted = stepped[0]
-        if mask_tm is not None:
-            valid = mask_tm[t]
+        if valid is not None:
             stepped = [tf.where(valid, s, old) for s, old in zip(stepped, states)]
             emitted = tf.where(valid, emitted, tf.zeros_like(emitted))
         return stepped, emitted, [saved] + list(states)
 
-    def body(i, states, outputs, kept):
+    def body(i, current, state):
+        states, outputs, kept = state
+        current = iter(current)
         new_states, new_outputs, new_kept = [], [], []
         for k, d in enumerate(directions):
             t = _time_index(d, i, steps)
-            stepped, emitted, memory = step(k, d, t, states[k])
+            x_t, valid = next(current), None if mask_tm is None else next(current)
+            stepped, emitted, memory = step(d, x_t, valid, states[k])
             new_states.append(stepped)
             if outputs:
                 new_outputs.append(outputs[k].write(t, emitted))
             if kept:
                 new_kept.append([a.write(t, m) for a, m in zip(kept[k], memory)])
-        return i + 1, new_states, new_outputs, new_kept
+        return new_states, new_outputs, new_kept
 
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
-    _, final_states, outputs, kept = tf.while_loop(
-        lambda i, *_: i < steps,
-        body,
-        (tf.constant(0), [list(d.initial_states) for d in directions], outputs, kept),
-        maximum_iterations=steps,
-    )
+    initial = ([list(d.initial_states) for d in directions], outputs, kept)
+    final_states, outputs, kept = _time_loop(steps, read, body, initial)
     sequences = [tf.transpose(o.stack(), [1, 0, 2]) for o in outputs] if outputs else [None] * len(directions)
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
@@ -349,85 +398,96 @@ def _split_output_grads(directions, return_sequences, d_flat_out):
     return per_direction
 
 
-def _backward(directions, mask, return_sequences, memory, d_flat_out):
-    """Seed 001's BPTT, then the input projection's gradient in bulk."""
-    all_inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
-    d_projected, d_recurrent, d_initial = _backward_loop(
-        directions, mask, return_sequences, memory, d_flat_out, all_inputs_tm
-    )
+def _bulk_gradients(directions, memory, records, d_initial) -> list:
+    """After seed 001's BPTT loop: every gradient that is a sum over time,
+    as one large matmul over all steps at once."""
     grads = []
-    for d, inputs_tm, d_p, (d_kernel, d_bias), d_init in zip(
-        directions, all_inputs_tm, d_projected, d_recurrent, d_initial
-    ):
-        features, width = tf.shape(inputs_tm)[-1], tf.shape(d_p)[-1]
-        flat_x, flat_dp = tf.reshape(inputs_tm, [-1, features]), tf.reshape(d_p, [-1, width])
+    for d, kept, record, d_init in zip(directions, memory, records, d_initial):
+        inputs_tm = tf.transpose(d.inputs, [1, 0, 2])
+        flat_record = tf.reshape(record, [-1, record.shape[-1]])
+        flat_dp = d.math.input_gradient(flat_record)
         d_inputs = tf.reshape(tf.matmul(flat_dp, d.kernel, transpose_b=True), tf.shape(inputs_tm))
         grads.append(tf.transpose(d_inputs, [1, 0, 2]))
-        grads.append(tf.matmul(flat_x, flat_dp, transpose_a=True))
+        grads.append(_summed_matmul(tf.reshape(inputs_tm, [-1, d.kernel.shape[0]]), flat_dp, d.kernel.dtype))
         if d.input_bias is not None:
-            grads.append(tf.reduce_sum(flat_dp, axis=0))
-        grads.append(d_kernel)
-        if d.recurrent_bias is not None:
-            grads.append(d_bias)
+            grads.append(tf.cast(tf.reduce_sum(tf.cast(flat_dp, _ACCUMULATE), axis=0), d.input_bias.dtype))
+        grads.extend(_recurrent_gradients(d, kept[1], flat_record))
         grads.extend(d_init)
     return grads
 
 
-def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, inputs_tm):
-    """Each direction walks back over its own time order; returns time-major
-    gradients of the projected inputs, the recurrent weights' gradients
-    summed over time, and the initial states' gradients."""
+def _summed_matmul(a, b, dtype):
+    """`a^T b`, a sum over every step and row, accumulated in float32: in
+    float16 a thousand-step sum loses several percent."""
+    return tf.cast(tf.matmul(tf.cast(a, _ACCUMULATE), tf.cast(b, _ACCUMULATE), transpose_a=True), dtype)
+
+
+def _recurrent_gradients(d: Direction, incoming_h, flat_record) -> list:
+    """The recurrent kernel's (and bias's) gradient from the incoming states
+    kept by the forward loop, summed over all steps in one matmul."""
+    h_in = incoming_h if d.state_mask is None else incoming_h * d.state_mask
+    h_in = tf.cast(tf.reshape(h_in, [-1, d.recurrent_kernel.shape[0]]), _ACCUMULATE)
+    d_kernel, d_bias = d.math.kernel_gradient(h_in, tf.cast(flat_record, _ACCUMULATE))
+    grads = [tf.cast(d_kernel, d.recurrent_kernel.dtype)]
+    if d.recurrent_bias is not None:
+        grads.append(tf.cast(d_bias, d.recurrent_bias.dtype))
+    return grads
+
+
+def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
+    """Each direction walks back over its own time order; returns per
+    direction the time-major stack of the cell's per-step records (from
+    which the bulk gradients are summed) and the initial states' gradients."""
     steps = tf.shape(directions[0].inputs)[1]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads]
 
-    def step(k, d, t, d_state):
+    def read(i):
+        current = []
+        for k, d in enumerate(directions):
+            t = steps - 1 - i if not d.reverse else i
+            current.extend(m[t] for m in memory[k])
+            if d_seq_tm[k] is not None:
+                current.append(d_seq_tm[k][t])
+            if mask_tm is not None:
+                current.append(mask_tm[t])
+        return current
+
+    def step(d, kept, d_seq, valid, d_state):
         d_new = list(d_state)
-        if d_seq_tm[k] is not None:
-            d_new[0] = d_new[0] + d_seq_tm[k][t]
-        valid = None if mask_tm is None else mask_tm[t]
+        if d_seq is not None:
+            d_new[0] = d_new[0] + d_seq
         if valid is not None:
             d_new = [tf.where(valid, g, tf.zeros_like(g)) for g in d_new]
-        saved, *incoming = [m[t] for m in memory[k]]
-        d_p, d_prev, d_kernel, d_bias = d.math.backward(
-            _project(d, inputs_tm[k][t]), incoming, saved, d.recurrent_kernel, d.recurrent_bias, d.state_mask, d_new
-        )
+        saved, *incoming = kept
+        record, d_prev = d.math.backward(incoming, saved, d.recurrent_kernel, d.state_mask, d_new)
         if valid is not None:
             # A masked step passed its state through: so does its gradient.
             d_prev = [tf.where(valid, g, old) for g, old in zip(d_prev, d_state)]
-        return d_p, d_prev, d_kernel, d_bias
+        return record, d_prev
 
-    def body(i, d_states, d_projected, d_kernels, d_biases):
-        out = ([], [], [], [])
+    def body(i, current, state):
+        d_states, records = state
+        current = iter(current)
+        new_states, new_records = [], []
         for k, d in enumerate(directions):
             t = steps - 1 - i if not d.reverse else i
-            d_p, d_prev, d_kernel, d_bias = step(k, d, t, d_states[k])
-            out[0].append(d_prev)
-            out[1].append(d_projected[k].write(t, d_p))
-            out[2].append(d_kernels[k] + tf.cast(d_kernel, _ACCUMULATE))
-            out[3].append(d_biases[k] if d_bias is None else d_biases[k] + tf.cast(d_bias, _ACCUMULATE))
-        return (i + 1,) + out
+            kept = [next(current) for _ in memory[k]]
+            d_seq = None if d_seq_tm[k] is None else next(current)
+            valid = None if mask_tm is None else next(current)
+            record, d_prev = step(d, kept, d_seq, valid, d_states[k])
+            new_states.append(d_prev)
+            new_records.append(records[k].write(t, record))
+        return new_states, new_records
 
-    d_projected = [
-        tf.TensorArray(d.inputs.dtype, size=steps, element_shape=[d.inputs.shape[0], d.kernel.shape[-1]])
+    records = [
+        tf.TensorArray(
+            d.inputs.dtype,
+            size=steps,
+            element_shape=[d.inputs.shape[0], d.math.record_width(d.recurrent_kernel.shape[0])],
+        )
         for d in directions
     ]
-    # Sums over time run in float32 whatever the compute dtype: in float16 a
-    # thousand-step sum of the recurrent gradients loses several percent.
-    d_kernels = [tf.zeros(d.recurrent_kernel.shape, _ACCUMULATE) for d in directions]
-    d_biases = [
-        tf.zeros(d.recurrent_bias.shape if d.recurrent_bias is not None else [], _ACCUMULATE)
-        for d in directions
-    ]
-    _, d_states, d_projected, d_kernels, d_biases = tf.while_loop(
-        lambda i, *_: i < steps,
-        body,
-        (tf.constant(0), [final for _, final in output_grads], d_projected, d_kernels, d_biases),
-        maximum_iterations=steps,
-    )
-    d_recurrent = [
-        (tf.cast(dk, d.recurrent_kernel.dtype), tf.cast(db, d.inputs.dtype))
-        for d, dk, db in zip(directions, d_kernels, d_biases)
-    ]
-    return [a.stack() for a in d_projected], d_recurrent, d_states
+    d_states, records = _time_loop(steps, read, body, ([final for _, final in output_grads], records))
+    return [a.stack() for a in records], d_states

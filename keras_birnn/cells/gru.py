@@ -16,81 +16,103 @@ class GRUMath(NamedTuple):
     `reset_after=False` is seed 000's GRU: the reset gate scales the state
     before the recurrent matmul of the candidate. `reset_after=True` is
     Keras's (and cuDNN's) default: it scales the matmul's result. `saved`
-    is the recurrent matmul's result (`[B, 3U]`), so the backward step
-    recomputes the gates elementwise instead of storing them.
+    holds the pre-activations of z, r and the candidate (and, after reset,
+    the candidate's recurrent term), so the backward step recomputes the
+    gates elementwise, with no matmul and no input projection.
     """
 
     activation: object
     recurrent_activation: object
     reset_after: bool
 
-    def _gates(self, projected, saved):
-        x_z, x_r, x_h = tf.split(projected, 3, axis=-1)
-        h_z, h_r, h_h = tf.split(saved, 3, axis=-1)
-        z = self.recurrent_activation(x_z + h_z)
-        r = self.recurrent_activation(x_r + h_r)
-        return (x_z + h_z, z), (x_r + h_r, r), (x_h, h_h)
+    def saved_width(self, units: int) -> int:
+        """Width of what `forward` saves per step for `backward`."""
+        return 4 * units if self.reset_after else 3 * units
 
     @staticmethod
-    def saved_width(units: int) -> int:
-        """Width of what `forward` saves per step for `backward`."""
-        return 3 * units
+    def record_width(units: int) -> int:
+        """Width of what `backward` records per step for the bulk gradients."""
+        return 4 * units
 
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h = states[0]
         h_in = h if state_mask is None else h * state_mask
         x_z, x_r, x_h = tf.split(projected, 3, axis=-1)
         if self.reset_after:
-            saved = tf.matmul(h_in, recurrent_kernel)
+            recurrent = tf.matmul(h_in, recurrent_kernel)
             if recurrent_bias is not None:
-                saved = saved + recurrent_bias
-            h_z, h_r, h_h = tf.split(saved, 3, axis=-1)
-            z = self.recurrent_activation(x_z + h_z)
-            r = self.recurrent_activation(x_r + h_r)
-            candidate = self.activation(x_h + r * h_h)
+                recurrent = recurrent + recurrent_bias
+            h_z, h_r, h_h = tf.split(recurrent, 3, axis=-1)
+            pre_z, pre_r = x_z + h_z, x_r + h_r
+            r = self.recurrent_activation(pre_r)
+            pre_c = x_h + r * h_h
+            saved = tf.concat([pre_z, pre_r, pre_c, h_h], axis=-1)
         else:
             units = recurrent_kernel.shape[0]
             gate_kernel, candidate_kernel = recurrent_kernel[:, : 2 * units], recurrent_kernel[:, 2 * units :]
             h_z, h_r = tf.split(tf.matmul(h_in, gate_kernel), 2, axis=-1)
-            z = self.recurrent_activation(x_z + h_z)
-            r = self.recurrent_activation(x_r + h_r)
-            h_h = tf.matmul(r * h_in, candidate_kernel)
-            candidate = self.activation(x_h + h_h)
-            saved = tf.concat([h_z, h_r, h_h], axis=-1)
-        return [z * h + (1.0 - z) * candidate], saved
+            pre_z, pre_r = x_z + h_z, x_r + h_r
+            r = self.recurrent_activation(pre_r)
+            pre_c = x_h + tf.matmul(r * h_in, candidate_kernel)
+            saved = tf.concat([pre_z, pre_r, pre_c], axis=-1)
+        z = self.recurrent_activation(pre_z)
+        return [z * h + (1.0 - z) * self.activation(pre_c)], saved
 
-    def backward(self, projected, states, saved, recurrent_kernel, recurrent_bias, state_mask, d_new):
-        """Returns (d_projected, d_states, d_recurrent_kernel, d_recurrent_bias)."""
+    def backward(self, states, saved, recurrent_kernel, state_mask, d_new):
+        """One step back: returns (record, d_states).
+
+        `record` is `[d_pre_z, d_pre_r, d_candidate_term, d_pre_c]`, from
+        which `input_gradient` and `kernel_gradient` take their sums over
+        all steps after the loop. After reset the candidate term is the
+        gradient of the candidate's recurrent term (`d_pre_c * r`), before
+        reset it is the candidate matmul's left operand (`r * h_in`).
+        """
         h = states[0]
+        units = h.shape[-1]
         h_in = h if state_mask is None else h * state_mask
-        (pre_z, z), (pre_r, r), (x_h, h_h) = self._gates(projected, saved)
-        pre_c = x_h + r * h_h if self.reset_after else x_h + h_h
+        pre_z, pre_r, pre_c = saved[:, :units], saved[:, units : 2 * units], saved[:, 2 * units : 3 * units]
+        z, r = self.recurrent_activation(pre_z), self.recurrent_activation(pre_r)
         candidate = self.activation(pre_c)
         d_h = d_new[0]
         d_pre_c = d_h * (1.0 - z) * derivative(self.activation, pre_c, candidate)
         d_pre_z = d_h * (h - candidate) * derivative(self.recurrent_activation, pre_z, z)
-        units = recurrent_kernel.shape[0]
         if self.reset_after:
-            d_pre_r = d_pre_c * h_h * derivative(self.recurrent_activation, pre_r, r)
-            d_saved = tf.concat([d_pre_z, d_pre_r, d_pre_c * r], axis=-1)
-            d_h_in = tf.matmul(d_saved, recurrent_kernel, transpose_b=True)
-            d_kernel = tf.matmul(h_in, d_saved, transpose_a=True)
-            d_bias = tf.reduce_sum(d_saved, axis=0)
+            d_pre_r = d_pre_c * saved[:, 3 * units :] * derivative(self.recurrent_activation, pre_r, r)
+            d_recurrent = tf.concat([d_pre_z, d_pre_r, d_pre_c * r], axis=-1)
+            d_h_in = tf.matmul(d_recurrent, recurrent_kernel, transpose_b=True)
+            d_carried, record = d_h * z, tf.concat([d_recurrent, d_pre_c], axis=-1)
         else:
             gate_kernel, candidate_kernel = recurrent_kernel[:, : 2 * units], recurrent_kernel[:, 2 * units :]
             d_reset_in = tf.matmul(d_pre_c, candidate_kernel, transpose_b=True)
             d_pre_r = d_reset_in * h_in * derivative(self.recurrent_activation, pre_r, r)
             d_gates = tf.concat([d_pre_z, d_pre_r], axis=-1)
             d_h_in = tf.matmul(d_gates, gate_kernel, transpose_b=True) + d_reset_in * r
-            d_kernel = tf.concat(
-                [tf.matmul(h_in, d_gates, transpose_a=True), tf.matmul(r * h_in, d_pre_c, transpose_a=True)],
-                axis=-1,
-            )
-            d_bias = None
+            d_carried, record = d_h * z, tf.concat([d_gates, r * h_in, d_pre_c], axis=-1)
         if state_mask is not None:
             d_h_in = d_h_in * state_mask
-        d_projected = tf.concat([d_pre_z, d_pre_r, d_pre_c], axis=-1)
-        return d_projected, [d_h * z + d_h_in], d_kernel, d_bias
+        return record, [d_carried + d_h_in]
+
+    @staticmethod
+    def input_gradient(records):
+        """The projected inputs' gradient `[N, 3U]` from records `[N, 4U]`."""
+        units = records.shape[-1] // 4
+        return tf.concat([records[:, : 2 * units], records[:, 3 * units :]], axis=-1)
+
+    def kernel_gradient(self, h_in, records):
+        """(d_recurrent_kernel, d_recurrent_bias), summed over all steps
+        stacked `[steps * batch, ...]`."""
+        units = records.shape[-1] // 4
+        if self.reset_after:
+            d_recurrent = records[:, : 3 * units]
+            return tf.matmul(h_in, d_recurrent, transpose_a=True), tf.reduce_sum(d_recurrent, axis=0)
+        d_kernel = tf.concat(
+            [
+                tf.matmul(h_in, records[:, : 2 * units], transpose_a=True),
+                tf.matmul(records[:, 2 * units : 3 * units], records[:, 3 * units :], transpose_a=True),
+            ],
+            axis=-1,
+        )
+        return d_kernel, None
 
 
 @keras_birnn_export("keras_birnn.GRUCell")

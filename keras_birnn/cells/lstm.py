@@ -13,14 +13,16 @@ from keras_birnn.cells.derivatives import derivative
 class LSTMMath(NamedTuple):
     """Pure LSTM step maths, forward and backward (for BPTT).
 
-    States are (h, c); `saved` is the recurrent matmul's result `[B, 4U]`.
+    States are (h, c); `saved` is the gates' pre-activation `[B, 4U]`
+    (projected input plus recurrent matmul), so the backward step needs
+    neither the input projection nor a second matmul to rebuild it.
     """
 
     activation: object
     recurrent_activation: object
 
-    def _gates(self, projected, saved):
-        pre = tf.split(projected + saved, 4, axis=-1)
+    def _gates(self, pre):
+        pre = tf.split(pre, 4, axis=-1)
         i, f, o = (self.recurrent_activation(pre[k]) for k in (0, 1, 3))
         return pre, (i, f, self.activation(pre[2]), o)
 
@@ -29,34 +31,51 @@ class LSTMMath(NamedTuple):
         """Width of what `forward` saves per step for `backward`."""
         return 4 * units
 
+    @staticmethod
+    def record_width(units: int) -> int:
+        """Width of what `backward` records per step for the bulk gradients."""
+        return 4 * units
+
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h, c = states
         h_in = h if state_mask is None else h * state_mask
-        saved = tf.matmul(h_in, recurrent_kernel)
-        _, (i, f, g, o) = self._gates(projected, saved)
+        pre = projected + tf.matmul(h_in, recurrent_kernel)
+        _, (i, f, g, o) = self._gates(pre)
         c_new = f * c + i * g
-        return [o * self.activation(c_new), c_new], saved
+        return [o * self.activation(c_new), c_new], pre
 
-    def backward(self, projected, states, saved, recurrent_kernel, recurrent_bias, state_mask, d_new):
-        """Returns (d_projected, d_states, d_recurrent_kernel, None)."""
-        h, c = states
-        h_in = h if state_mask is None else h * state_mask
-        pre, (i, f, g, o) = self._gates(projected, saved)
+    def backward(self, states, saved, recurrent_kernel, state_mask, d_new):
+        """One step back: returns (record, d_states); the record is the
+        gates' pre-activation gradient `[B, 4U]`."""
+        _, c = states
+        pre, (i, f, g, o) = self._gates(saved)
         c_new = f * c + i * g
         tanh_c = self.activation(c_new)
         d_h, d_c = d_new
         d_c = d_c + d_h * o * derivative(self.activation, c_new, tanh_c)
-        gate_grads = [
-            d_c * g * derivative(self.recurrent_activation, pre[0], i),
-            d_c * c * derivative(self.recurrent_activation, pre[1], f),
-            d_c * i * derivative(self.activation, pre[2], g),
-            d_h * tanh_c * derivative(self.recurrent_activation, pre[3], o),
-        ]
-        d_pre = tf.concat(gate_grads, axis=-1)
-        d_h_in = tf.matmul(d_pre, recurrent_kernel, transpose_b=True)
+        record = tf.concat(
+            [
+                d_c * g * derivative(self.recurrent_activation, pre[0], i),
+                d_c * c * derivative(self.recurrent_activation, pre[1], f),
+                d_c * i * derivative(self.activation, pre[2], g),
+                d_h * tanh_c * derivative(self.recurrent_activation, pre[3], o),
+            ],
+            axis=-1,
+        )
+        d_h_in = tf.matmul(record, recurrent_kernel, transpose_b=True)
         if state_mask is not None:
             d_h_in = d_h_in * state_mask
-        return d_pre, [d_h_in, d_c * f], tf.matmul(h_in, d_pre, transpose_a=True), None
+        return record, [d_h_in, d_c * f]
+
+    @staticmethod
+    def input_gradient(records):
+        """The projected inputs' gradient from records `[N, 4U]` (the same)."""
+        return records
+
+    @staticmethod
+    def kernel_gradient(h_in, records):
+        """(d_recurrent_kernel, None) from all steps stacked `[steps * batch, ...]`."""
+        return tf.matmul(h_in, records, transpose_a=True), None
 
 
 class _ForgetGateOnes(initializers.Initializer):

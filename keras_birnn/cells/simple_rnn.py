@@ -12,8 +12,9 @@ from keras_birnn.cells.derivatives import derivative
 class SimpleRNNMath(NamedTuple):
     """Pure step maths: forward, and its derivative for BPTT.
 
-    `projected` is `x_t U + b`; `saved` is the recurrent term `h_in W`,
-    all the backward step needs besides the previous state.
+    `projected` is `x_t U + b`; `saved` is the pre-activation
+    `projected + h_in W`, all the backward step needs: the backward pass
+    neither recomputes the input projection nor keeps it.
     """
 
     activation: object
@@ -23,20 +24,34 @@ class SimpleRNNMath(NamedTuple):
         """Width of what `forward` saves per step for `backward`."""
         return units
 
+    @staticmethod
+    def record_width(units: int) -> int:
+        """Width of what `backward` records per step for the bulk gradients."""
+        return units
+
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h_in = states[0] if state_mask is None else states[0] * state_mask
-        recurrent = tf.matmul(h_in, recurrent_kernel)
-        return [self.activation(projected + recurrent)], recurrent
+        pre = projected + tf.matmul(h_in, recurrent_kernel)
+        return [self.activation(pre)], pre
 
-    def backward(self, projected, states, saved, recurrent_kernel, recurrent_bias, state_mask, d_new):
-        """Returns (d_projected, d_states, d_recurrent_kernel, d_recurrent_bias)."""
-        pre = projected + saved
-        d_pre = d_new[0] * derivative(self.activation, pre, self.activation(pre))
-        h_in = states[0] if state_mask is None else states[0] * state_mask
+    def backward(self, states, saved, recurrent_kernel, state_mask, d_new):
+        """One step back: returns (record, d_states); the record is the
+        pre-activation gradient, summed over steps by the bulk gradients."""
+        d_pre = d_new[0] * derivative(self.activation, saved, self.activation(saved))
         d_h = tf.matmul(d_pre, recurrent_kernel, transpose_b=True)
         if state_mask is not None:
             d_h = d_h * state_mask
-        return d_pre, [d_h], tf.matmul(h_in, d_pre, transpose_a=True), None
+        return d_pre, [d_h]
+
+    @staticmethod
+    def input_gradient(records):
+        return records
+
+    @staticmethod
+    def kernel_gradient(h_in, records):
+        """(d_recurrent_kernel, d_recurrent_bias) from all steps stacked
+        `[steps * batch, ...]`."""
+        return tf.matmul(h_in, records, transpose_a=True), None
 
 
 @keras_birnn_export("keras_birnn.SimpleRNNCell")
