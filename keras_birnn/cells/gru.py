@@ -80,17 +80,17 @@ class GRUMath(NamedTuple):
             d_pre_r = d_pre_c * saved[:, 3 * units :] * derivative(self.recurrent_activation, pre_r, r)
             d_recurrent = tf.concat([d_pre_z, d_pre_r, d_pre_c * r], axis=-1)
             d_h_in = tf.matmul(d_recurrent, recurrent_kernel, transpose_b=True)
-            d_carried, record = d_h * z, tf.concat([d_recurrent, d_pre_c], axis=-1)
+            record = tf.concat([d_recurrent, d_pre_c], axis=-1)
         else:
             gate_kernel, candidate_kernel = recurrent_kernel[:, : 2 * units], recurrent_kernel[:, 2 * units :]
             d_reset_in = tf.matmul(d_pre_c, candidate_kernel, transpose_b=True)
             d_pre_r = d_reset_in * h_in * derivative(self.recurrent_activation, pre_r, r)
             d_gates = tf.concat([d_pre_z, d_pre_r], axis=-1)
             d_h_in = tf.matmul(d_gates, gate_kernel, transpose_b=True) + d_reset_in * r
-            d_carried, record = d_h * z, tf.concat([d_gates, r * h_in, d_pre_c], axis=-1)
+            record = tf.concat([d_gates, r * h_in, d_pre_c], axis=-1)
         if state_mask is not None:
             d_h_in = d_h_in * state_mask
-        return record, [d_carried + d_h_in]
+        return record, [d_h * z + d_h_in]
 
     @staticmethod
     def input_gradient(records):

@@ -1,0 +1,110 @@
+"""How fast can a bidirectional recurrence be on this machine, whatever runs it?
+
+`bench_bidirectional.py` divides the recurrence's FLOPs by the best rate of a
+large square matmul. The recurrent matmuls cannot reach that rate: each is a
+small `[batch, units] x [units, gates * units]` product that needs the
+previous step's result. This script measures the best rate of exactly that
+chain (two independent chains, one per direction, as a bidirectional layer
+has), keeping nothing but a `tanh` between steps, with XLA, with plain
+TensorFlow and with PyTorch, and prints the achievable floor: the input
+projection of all steps at the large-matmul rate plus the recurrent chain at
+its measured time. A training step has two such chains (the forward loop and
+the BPTT loop, whose `[batch, gates * units] x [gates * units, units]`
+products have the same FLOPs) and three more large products (the input
+projection's two gradients and the recurrent kernel's gradient summed over
+time). No implementation of the layer can beat these floors.
+
+    python benchmarks/bench_floor.py
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bench_bidirectional import GATES, SHAPES, best_matmul_rate  # noqa: E402
+
+
+def _best(fn, rounds):
+    fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = fn()
+        if hasattr(result, "numpy"):
+            result.numpy()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def tf_chain(batch, steps, units, width, jit):
+    """Two independent chains h <- tanh(h R)[:, :units], `steps` long."""
+    rng = np.random.default_rng(0)
+    weights = [tf.constant(rng.normal(size=(units, width)).astype("float32") * 0.05) for _ in range(2)]
+    start = tf.constant(rng.normal(size=(batch, units)).astype("float32"))
+
+    @tf.function(jit_compile=jit, autograph=False)
+    def chain(h0, r0, r1):
+        def body(i, a, b):
+            return i + 1, tf.tanh(tf.matmul(a, r0))[:, :units], tf.tanh(tf.matmul(b, r1))[:, :units]
+
+        return tf.while_loop(lambda i, *_: i < steps, body, (tf.constant(0), h0, h0))[1:]
+
+    return lambda: chain(start, *weights)[0]
+
+
+def torch_chain(batch, steps, units, width):
+    import torch
+
+    torch.set_num_threads(2)
+    r0, r1 = (torch.randn(units, width) * 0.05 for _ in range(2))
+    h0 = torch.randn(batch, units)
+
+    def chain():
+        a = b = h0
+        with torch.no_grad():
+            for _ in range(steps):
+                a = torch.tanh(a @ r0)[:, :units]
+                b = torch.tanh(b @ r1)[:, :units]
+        return a
+
+    return chain
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--shapes", nargs="+", default=["textbook", "large"])
+    parser.add_argument("--cells", nargs="+", default=["gru", "lstm"])
+    args = parser.parse_args(argv)
+    rate = best_matmul_rate()
+    print(f"best large matmul {rate / 1e9:.1f} GFLOP/s; recurrent chain: best of XLA, TensorFlow, PyTorch")
+    for shape_name in args.shapes:
+        batch, steps, features, units = SHAPES[shape_name]
+        for cell in args.cells:
+            width = GATES[cell] * units
+            chains = {"xla": tf_chain(batch, steps, units, width, True), "tf": tf_chain(batch, steps, units, width, False)}
+            try:
+                chains["torch"] = torch_chain(batch, steps, units, width)
+            except ImportError:
+                pass
+            seconds = {name: _best(fn, args.rounds) for name, fn in chains.items()}
+            chain_s = min(seconds.values())
+            recurrent_flops = 2 * 2 * steps * batch * units * width
+            input_flops = 2 * 2 * steps * batch * features * width
+            naive = (recurrent_flops + input_flops) / rate
+            infer_floor = chain_s + input_flops / rate
+            train_floor = 2 * chain_s + (3 * input_flops + recurrent_flops) / rate
+            detail = " ".join(f"{n} {1e3 * s:.2f} ms" for n, s in seconds.items())
+            print(f"{shape_name} {cell}: recurrent chain {detail} -> {recurrent_flops / chain_s / 1e9:.1f} GFLOP/s; "
+                  f"achievable floor: inference {1e3 * infer_floor:.2f} ms (x{infer_floor / naive:.2f} the "
+                  f"large-matmul floor {1e3 * naive:.2f} ms), training step {1e3 * train_floor:.2f} ms "
+                  f"(x{train_floor / (3 * naive):.2f} of {1e3 * 3 * naive:.2f} ms)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
