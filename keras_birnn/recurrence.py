@@ -38,6 +38,8 @@ from typing import Any, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
+from keras_birnn.cells.derivatives import column_sum
+
 
 class Direction(NamedTuple):
     """One recurrence to run.
@@ -410,7 +412,7 @@ def _bulk_gradients(directions, memory, records, d_initial) -> list:
         grads.append(tf.transpose(d_inputs, [1, 0, 2]))
         grads.append(_summed_matmul(tf.reshape(inputs_tm, [-1, d.kernel.shape[0]]), flat_dp, d.kernel.dtype))
         if d.input_bias is not None:
-            grads.append(tf.cast(tf.reduce_sum(tf.cast(flat_dp, _ACCUMULATE), axis=0), d.input_bias.dtype))
+            grads.append(tf.cast(column_sum(tf.cast(flat_dp, _ACCUMULATE)), d.input_bias.dtype))
         grads.extend(_recurrent_gradients(d, kept[1], flat_record))
         grads.extend(d_init)
     return grads

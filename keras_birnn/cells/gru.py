@@ -7,7 +7,7 @@ from keras import activations
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.cells.derivatives import derivative
+from keras_birnn.cells.derivatives import column_sum, derivative
 
 
 class GRUMath(NamedTuple):
@@ -104,7 +104,7 @@ class GRUMath(NamedTuple):
         units = records.shape[-1] // 4
         if self.reset_after:
             d_recurrent = records[:, : 3 * units]
-            return tf.matmul(h_in, d_recurrent, transpose_a=True), tf.reduce_sum(d_recurrent, axis=0)
+            return tf.matmul(h_in, d_recurrent, transpose_a=True), column_sum(d_recurrent)
         d_kernel = tf.concat(
             [
                 tf.matmul(h_in, records[:, : 2 * units], transpose_a=True),
