@@ -37,15 +37,26 @@ _ELEMENTWISE = {
 class DirectionalProjection(keras.layers.Layer):
     """y = activation(h_f V_f + h_b V_b + c), seeds 001 and 002.
 
+    Used on its own (after `merge_mode=None`), it keeps the pair's sequence
+    mask: padded positions output zeros, not `activation(c)`, and the mask
+    propagates to the next layer.
+
     Args:
         units: Number of outputs P.
         activation: Applied to the sum (e.g. `"softmax"` for a tagger).
+
+    Call arguments:
+        forward, backward: The two directions' outputs, `[batch, units_f]`
+            and `[batch, units_b]`, or sequences `[batch, time, ...]`.
+        forward_mask, backward_mask: Optional bool `[batch, time]` masks
+            (filled in by Keras from the inputs; either one is used).
     """
 
     def __init__(self, units: int, activation=None, **kwargs):
         super().__init__(**kwargs)
         self.units = units
         self.activation = activations.get(activation)
+        self.supports_masking = True
 
     def build(self, forward_shape, backward_shape):
         self.forward_kernel = self.add_weight(
@@ -56,8 +67,15 @@ class DirectionalProjection(keras.layers.Layer):
         )
         self.bias = self.add_weight(shape=(self.units,), name="bias", initializer="zeros")
 
-    def call(self, forward, backward):
-        return self.activation(self.contributions(forward, backward, with_bias=True))
+    def call(self, forward, backward, forward_mask=None, backward_mask=None):
+        outputs = self.activation(self.contributions(forward, backward, with_bias=True))
+        mask = forward_mask if forward_mask is not None else backward_mask
+        if mask is None or len(outputs.shape) != 3:
+            return outputs
+        return keras.ops.where(keras.ops.cast(mask, "bool")[..., None], outputs, keras.ops.zeros_like(outputs))
+
+    def compute_mask(self, forward, previous_mask=None):
+        return previous_mask
 
     def contributions(self, forward, backward, with_bias=False):
         """V_f h_f + V_b h_b (+ c): the pre-activation the directions share."""

@@ -259,3 +259,31 @@ def test_integer_mask_is_accepted():
     case = make_case("simple_tanh", "ave", seed=18, return_sequences=True)
     expected = case.oracle(MASK)
     assert_all_close(case.layer(case.x, mask=MASK.astype(np.int32)), expected)
+
+
+def test_directional_projection_alone_keeps_the_mask():
+    """kb.DirectionalProjection after merge_mode=None (seed 001's y_t =
+    V_f h_f + V_b h_b + c): padded positions give zeros, not activation(c),
+    and the mask reaches the pooling after it."""
+    case = make_case("lstm", "none", seed=19, return_sequences=True)
+    rng = np.random.default_rng(20)
+    v_f, v_b = rng.normal(size=(U, 3)).astype("float32"), rng.normal(size=(U, 3)).astype("float32")
+    c = rng.uniform(0.5, 1.0, size=3).astype("float32")  # tanh(c) is far from 0
+    projection = kb.DirectionalProjection(3, activation="tanh")
+    inputs = keras.Input((None, F))
+    h_f, h_b = case.layer(keras.layers.Masking(mask_value=0.0)(inputs))
+    y = projection(h_f, h_b)
+    model = keras.Model(inputs, [y, keras.layers.GlobalAveragePooling1D()(y)])
+    projection.set_weights([v_f, v_b, c])
+
+    mask = PATTERNS["holes"]
+    x = np.where(mask[..., None], case.x, 0.0).astype("float32")
+    f, b = case.oracle(mask, x=x)
+    expected = np.tanh(f @ v_f + b @ v_b + c) * mask[..., None]
+    expected_pool = expected.sum(1) / mask.sum(1, keepdims=True)
+    for got in (model(x), model.predict(x, verbose=0)):
+        got_y, got_pool = to_numpy(got)
+        np.testing.assert_allclose(got_y, expected, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(got_pool, expected_pool, atol=1e-5, rtol=1e-5)
+    # Without the mask the padded positions would read tanh(c), far from 0.
+    assert np.abs(np.tanh(f @ v_f + b @ v_b + c)[~mask]).min() > 0.4

@@ -25,10 +25,6 @@ from test_case import run_python
 
 B, T, F, U = 4, 6, 3, 4
 
-# Standalone, kb.DirectionalProjection drops the pair's mask and Keras warns;
-# its outputs at padded positions are activation(bias), saved and reloaded alike.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:.*DirectionalProjection.*destroy the mask information:UserWarning")
 
 
 def _perturb(model, seed):
