@@ -378,12 +378,15 @@ def stacked_bidirectional(
     layer_norm: bool = False,
     return_sequences: bool = True,
     name: Optional[str] = None,
+    dtype=None,
     **cell_kwargs,
 ) -> StackedBidirectional:
     """Builds a `kb.StackedBidirectional` (see it for every argument).
 
-    `**cell_kwargs` go to every layer's cell (e.g. `reset_after=False`,
-    `activation="relu"`); they override a template cell's configuration.
+    `dtype` (a dtype or policy such as `"mixed_bfloat16"`) is the stack's,
+    and reaches every layer in it. `**cell_kwargs` go to every layer's cell
+    (e.g. `reset_after=False`, `activation="relu"`); they override a template
+    cell's configuration.
 
     Example (seed 000's exercise: two stacked BiGRUs, input 32, hidden 64):
 
@@ -403,4 +406,5 @@ def stacked_bidirectional(
         return_sequences=return_sequences,
         cell_kwargs=cell_kwargs,
         name=name,
+        dtype=dtype,
     )

@@ -229,3 +229,23 @@ def test_fit_step_loss_matches_oracle_without_dropout():
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     history = model.fit(x, y, batch_size=B, epochs=1, verbose=0, shuffle=False)
     np.testing.assert_allclose(history.history["loss"][0], np.mean((oracle(x, MASK) - y) ** 2), rtol=1e-5)
+
+
+def test_dtype_reaches_every_layer():
+    """`kb.stacked_bidirectional(..., dtype="mixed_bfloat16")` is the stack's
+    policy, not a cell setting: every layer computes in bfloat16, keeps
+    float32 weights, and the output is the float32 oracle's to bfloat16
+    precision."""
+    stack, oracle = stack_with_oracle("gru", (4, 4), seed=7, dtype="mixed_bfloat16")
+    assert stack.dtype_policy.name == "mixed_bfloat16"
+    for layer in stack.bidirectionals:
+        assert layer.dtype_policy.name == "mixed_bfloat16"
+        assert layer.forward.compute_dtype == "bfloat16"
+        assert all(w.dtype == "float32" for w in layer.weights)
+    x = padded_inputs(seed=8)
+    expected = oracle(x, MASK)
+    got = stack(x, mask=MASK)
+    assert got.dtype == tf.bfloat16
+    got = np.asarray(tf.cast(got, tf.float32))
+    np.testing.assert_allclose(got, expected, atol=5e-2)
+    assert np.abs(got - expected).max() > 1e-5  # it did compute in bfloat16
