@@ -270,10 +270,6 @@ class StackedBidirectional(keras.layers.Layer):
         if k > 0 and self.dropouts:
             x = self.dropouts[k - 1](x, training=training)
         y = self.bidirectionals[k](x, mask=mask, training=training)
-        # The loop may hand back outputs whose static width is unknown (its
-        # compiled function relaxes shapes across calls); LayerNormalization
-        # and the residual need it, and it is known here.
-        y.set_shape(y.shape[:-1].concatenate([self.widths[k + 1]]))
         if self.residual_used[k]:
             y = y + x
         if self.norms:
