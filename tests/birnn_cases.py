@@ -27,15 +27,7 @@ CELLS = {
 }
 N_STATES = {"simple": 1, "gru": 1, "lstm": 2}
 
-# name -> (merge_mode, projection_activation)
-MERGES = {
-    "concat": ("concat", None),
-    "sum": ("sum", None),
-    "mul": ("mul", None),
-    "ave": ("ave", None),
-    "none": (None, None),
-    "projection_softmax": ("projection", "softmax"),
-}
+MERGES = ref.MERGES  # name -> (merge_mode, projection_activation)
 
 # Rows: full, right padding, left padding with a hole, fully masked.
 MASK = np.array(

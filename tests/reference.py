@@ -13,6 +13,15 @@ _GATES = {"simple": 1, "gru": 3, "lstm": 4}
 _N_STATES = {"simple": 1, "gru": 1, "lstm": 2}
 _CELL_KWARGS = {"activation", "recurrent_activation", "reset_after"}
 MERGE_MODES = ("concat", "sum", "mul", "ave", None, "projection")
+# The merge cases the tests run: name -> (merge_mode, projection_activation).
+MERGES = {
+    "concat": ("concat", None),
+    "sum": ("sum", None),
+    "mul": ("mul", None),
+    "ave": ("ave", None),
+    "none": (None, None),
+    "projection_softmax": ("projection", "softmax"),
+}
 
 
 # ----------------------------------------------------------------------------

@@ -40,14 +40,7 @@ CELLS = {
     "gru_reset_before": ("gru", {"reset_after": False}, lambda: kb.GRUCell(U, reset_after=False)),
     "lstm": ("lstm", {}, lambda: kb.LSTMCell(U)),
 }
-MERGES = {
-    "concat": ("concat", None),
-    "sum": ("sum", None),
-    "mul": ("mul", None),
-    "ave": ("ave", None),
-    "none": (None, None),
-    "projection": ("projection", "softmax"),
-}
+MERGES = ref.MERGES
 ROW_KINDS = ("full", "right", "left", "both_sides", "holes", "empty")
 GARBAGE = np.array([np.nan, np.inf, -np.inf, 1e30, -3e38], np.float32)
 

@@ -39,15 +39,7 @@ CELLS = {
     "lstm": ("lstm", {}),
 }
 
-MERGES = {
-    "concat": ("concat", None),
-    "sum": ("sum", None),
-    "mul": ("mul", None),
-    "ave": ("ave", None),
-    "none": (None, None),
-    "proj_softmax": ("projection", "softmax"),
-    "proj_linear": ("projection", None),
-}
+MERGES = {**ref.MERGES, "projection_linear": ("projection", None)}
 
 
 def _problem(cell, cell_kwargs, merge_mode, return_sequences, seed=0, use_bias=True):
