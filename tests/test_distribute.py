@@ -153,10 +153,19 @@ def train_step(batch):
 for _ in range(STEPS):
     loss = train_step(next(batches))  # Keras's running mean over the epoch, as fit logs it
 task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-np.savez(sys.argv[1], replicas=strategy.num_replicas_in_sync, task=task, loss=[float(loss)],
+mine, everyone = sys.argv[1], sys.argv[2:]
+np.savez(mine + ".partial.npz", replicas=strategy.num_replicas_in_sync, task=task, loss=[float(loss)],
          initial=flat(initial), weights=flat(model.get_weights()))
-# The results are written. Skip the interpreter's teardown: shutting the
-# collective runtime and its gRPC server down took 15-25 s per worker.
+os.replace(mine + ".partial.npz", mine)
+# Wait until every worker has written its results, i.e. is past its last
+# collective: a worker that exited first closed its gRPC server while its
+# peer was still receiving the last step's data ("Socket closed", seen once).
+import time
+deadline = time.monotonic() + 60
+while not all(os.path.exists(path) for path in everyone) and time.monotonic() < deadline:
+    time.sleep(0.05)
+# Skip the interpreter's teardown: shutting the collective runtime and its
+# gRPC server down took 15-25 s per worker.
 sys.stdout.flush()
 os._exit(0)
 """
@@ -179,15 +188,17 @@ def _start_workers(tmp_path):
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     env_base = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
                     PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
-    procs, logs, results = [], [], []
+    procs, logs = [], []
+    results = [tmp_path / f"worker{index}.npz" for index in range(2)]
+    for path in results:  # a retry must not see the first try's files
+        path.unlink(missing_ok=True)
     for index in range(2):
         env = dict(env_base, TF_CONFIG=json.dumps(
             {"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        results.append(tmp_path / f"worker{index}.npz")
         logs.append(tmp_path / f"worker{index}.log")
         with open(logs[-1], "w") as log:
             procs.append(subprocess.Popen(
-                [sys.executable, "-c", WORKER, str(results[-1])],
+                [sys.executable, "-c", WORKER, str(results[index])] + [str(path) for path in results],
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
             ))
     return procs, logs, results
