@@ -59,6 +59,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
+from keras_birnn._cli import finish_args  # noqa: E402
 from keras_birnn.datasets import read_conllu  # noqa: E402
 from keras_birnn.recurrence import xla_disabled  # noqa: E402
 
@@ -70,7 +71,6 @@ EWT_FILES = {
     "test": "en_ewt-ud-test.conllu",
 }
 VARIANTS = ("gru", "bigru", "bilstm", "bilstm2")
-BIDIRECTIONAL = ("bigru", "bilstm", "bilstm2")
 PAD, OOV = "", "[UNK]"
 
 
@@ -367,7 +367,7 @@ def export_tagger(model, encoder: TokenEncoder, tags: Sequence[str], export_dir:
     graph; the loops are traced without XLA, and the written graph is
     checked with `keras_birnn.export.check_graph_ops`.
     """
-    from keras_birnn.export import check_graph_ops
+    from keras_birnn.export import write_version
 
     tag_names = tf.constant([PAD] + list(tags))  # index 0: padding
 
@@ -382,7 +382,6 @@ def export_tagger(model, encoder: TokenEncoder, tags: Sequence[str], export_dir:
             "probabilities": probs,
         }
 
-    target = os.path.join(export_dir, str(version))
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.track(encoder.word_lookup)
@@ -391,19 +390,7 @@ def export_tagger(model, encoder: TokenEncoder, tags: Sequence[str], export_dir:
         archive.add_endpoint(
             "serving_default", serve, input_signature=[tf.TensorSpec([None, None], tf.string, name="tokens")]
         )
-        staging = target + ".tmp"
-        if os.path.exists(staging):
-            import shutil
-
-            shutil.rmtree(staging)
-        archive.write_out(staging, verbose=False)
-    check_graph_ops(staging)
-    if os.path.exists(target):
-        import shutil
-
-        shutil.rmtree(target)
-    os.rename(staging, target)
-    return target
+        return write_version(archive, export_dir, version)
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -441,25 +428,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in about a minute")
     parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
     args = parser.parse_args(argv)
-    quick = args.quick
-    defaults = dict(epochs=(2, 6), max_train_sentences=(600, None), max_dev_sentences=(300, None),
-                    hidden=(32, 128), word_dim=(32, 100), char_units=(16, 48))
-    for name, (small, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if quick else full)
     if args.train is None and (args.dev or args.test):
         parser.error("--dev/--test need --train (or give no path to download UD English EWT)")
     if args.train is not None and args.dev is None:
         parser.error("--train needs --dev")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown or not variants:
-        parser.error(f"--variants: unknown {unknown}; choose from {','.join(VARIANTS)}")
-    args.variants = variants
-    for name in ("epochs", "batch_size", "hidden", "word_dim", "char_units", "max_chars"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    return args
+    return finish_args(
+        parser, args,
+        quick=dict(epochs=(2, 6), max_train_sentences=(600, None), max_dev_sentences=(300, None),
+                   hidden=(32, 128), word_dim=(32, 100), char_units=(16, 48)),
+        choices=("variants", VARIANTS),
+        positive=("epochs", "batch_size", "hidden", "word_dim", "char_units", "max_chars"),
+    )
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict:

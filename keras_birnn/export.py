@@ -169,21 +169,34 @@ def export_saved_model(
 
             archive.add_endpoint(SIGNATURE_DEFAULT, serve, input_signature=[inputs_spec])
 
-        os.makedirs(os.fspath(export_dir), exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=os.fspath(export_dir))
-        try:
-            archive.write_out(staging, verbose=False)
-            check_graph_ops(staging)
-            if os.path.exists(target):
-                shutil.rmtree(target)
-            os.rename(staging, target)
-        finally:
-            if os.path.exists(staging):
-                shutil.rmtree(staging)
+        write_version(archive, export_dir, version)
     if verbose:
         inputs = f"{INPUTS_KEY}, {LENGTHS_KEY}" if lengths_input else INPUTS_KEY
         extra = f", {SIGNATURE_UNPADDED}({INPUTS_KEY})" if lengths_input else ""
         print(f"Exported SavedModel to {target}: {SIGNATURE_DEFAULT}({inputs}){extra}")
+    return target
+
+
+def write_version(archive, export_dir, version: int) -> str:
+    """Writes `archive` (a `keras.export.ExportArchive`) as version folder
+    `export_dir/version`, replacing an existing one, all or nothing: it is
+    written and checked (`check_graph_ops`) in a staging folder, then renamed.
+
+    Returns:
+        The path of the version folder.
+    """
+    target = os.path.join(os.fspath(export_dir), str(version))
+    os.makedirs(os.fspath(export_dir), exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=os.fspath(export_dir))
+    try:
+        archive.write_out(staging, verbose=False)
+        check_graph_ops(staging)
+        if os.path.exists(target):
+            shutil.rmtree(target)
+        os.rename(staging, target)
+    finally:
+        if os.path.exists(staging):
+            shutil.rmtree(staging)
     return target
 
 
