@@ -53,6 +53,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
 from keras_birnn import demo  # noqa: E402  (the run-of-1s task)
+from keras_birnn._cli import finish_args  # noqa: E402
 from keras_birnn.recurrence import xla_disabled  # noqa: E402
 
 SECTIONS = ("merge", "cells", "stack", "ensemble")
@@ -360,18 +361,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--xla", action="store_true", help="run the recurrent loops XLA-compiled")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
     args = parser.parse_args(argv)
-    defaults = dict(samples=(300, 3000), length=(10, 20), epochs=(2, 15), hidden=(4, 16), cell_hidden=(4, 4))
-    for name, (small, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if args.quick else full)
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = [s for s in sections if s not in SECTIONS]
-    if unknown or not sections:
-        parser.error(f"--sections: unknown {unknown}; choose from {','.join(SECTIONS)}")
-    args.sections = sections
-    for name in ("samples", "length", "epochs", "hidden", "cell_hidden", "batch_size"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    finish_args(
+        parser, args,
+        quick=dict(samples=(300, 3000), length=(10, 20), epochs=(2, 15), hidden=(4, 16), cell_hidden=(4, 4)),
+        choices=("sections", SECTIONS),
+        positive=("samples", "length", "epochs", "hidden", "cell_hidden", "batch_size"),
+    )
     if args.samples < 4:
         parser.error("--samples must be at least 4")
     return args
@@ -386,18 +381,20 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     context = contextlib.nullcontext() if args.xla else xla_disabled()
     level = tf.get_logger().level
     tf.get_logger().setLevel("ERROR")  # one small inference graph per model: retracing is expected
-    with context:
-        for section in args.sections:
-            rng = np.random.default_rng([args.seed, SECTIONS.index(section)])
-            if section == "merge":
-                results[section] = section_merge(args, rng)
-            elif section == "cells":
-                results[section] = section_cells(args, rng)
-            elif section == "stack":
-                results[section] = section_stack(args)
-            else:
-                results[section] = section_ensemble(args, rng)
-    tf.get_logger().setLevel(level)
+    try:
+        with context:
+            for section in args.sections:
+                rng = np.random.default_rng([args.seed, SECTIONS.index(section)])
+                if section == "merge":
+                    results[section] = section_merge(args, rng)
+                elif section == "cells":
+                    results[section] = section_cells(args, rng)
+                elif section == "stack":
+                    results[section] = section_stack(args)
+                else:
+                    results[section] = section_ensemble(args, rng)
+    finally:
+        tf.get_logger().setLevel(level)
     results["seconds"] = time.perf_counter() - start
     print(f"Done in {results['seconds']:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
     return results

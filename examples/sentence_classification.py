@@ -51,6 +51,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
+from keras_birnn._cli import finish_args  # noqa: E402
 from keras_birnn.datasets import read_polarity  # noqa: E402
 from keras_birnn.recurrence import xla_disabled  # noqa: E402
 
@@ -213,19 +214,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
     args = parser.parse_args(argv)
-    defaults = dict(epochs=(2, 8), max_sentences=(1000, None), embed_dim=(32, 128), hidden=(16, 64))
-    for name, (small, full) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if args.quick else full)
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown or not variants:
-        parser.error(f"--variants: unknown {unknown}; choose from {','.join(VARIANTS)}")
-    args.variants = variants
-    for name in ("epochs", "batch_size", "embed_dim", "hidden", "max_len"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    return args
+    return finish_args(
+        parser, args,
+        quick=dict(epochs=(2, 8), max_sentences=(1000, None), embed_dim=(32, 128), hidden=(16, 64)),
+        choices=("variants", VARIANTS),
+        positive=("epochs", "batch_size", "embed_dim", "hidden", "max_len"),
+    )
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict:

@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_birnn as kb  # noqa: E402
+from keras_birnn._cli import finish_args  # noqa: E402
 
 BOUNDARY_DEFINITION = (
     "boundary    = the first and the last 1 of every block of consecutive 1s (a lone 1 is\n"
@@ -171,10 +172,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    for name in ("hidden", "length", "train_size", "test_size", "epochs", "batch_size"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    return args
+    return finish_args(parser, args, positive=("hidden", "length", "train_size", "test_size", "epochs", "batch_size"))
 
 
 def run(argv: Optional[Sequence[str]] = None) -> DemoResult:

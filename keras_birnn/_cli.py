@@ -1,0 +1,35 @@
+"""Command-line argument checks shared by `python -m keras_birnn.demo` and the examples."""
+
+import argparse
+from typing import Dict, Optional, Sequence, Tuple
+
+
+def finish_args(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    quick: Optional[Dict[str, Tuple]] = None,
+    choices: Optional[Tuple[str, Sequence[str]]] = None,
+    positive: Sequence[str] = (),
+) -> argparse.Namespace:
+    """Completes parsed arguments; errors go through `parser.error`.
+
+    Args:
+        quick: `{dest: (with --quick, without)}` defaults for arguments left at None.
+        choices: `(dest, allowed)`: a comma-separated value becomes a list of
+            allowed names (at least one).
+        positive: Arguments that must be at least 1.
+    """
+    for name, (small, full) in (quick or {}).items():
+        if getattr(args, name) is None:
+            setattr(args, name, small if args.quick else full)
+    if choices:
+        dest, allowed = choices
+        picked = [v.strip() for v in getattr(args, dest).split(",") if v.strip()]
+        unknown = [v for v in picked if v not in allowed]
+        if unknown or not picked:
+            parser.error(f"--{dest}: unknown {unknown}; choose from {','.join(allowed)}")
+        setattr(args, dest, picked)
+    for name in positive:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
