@@ -324,6 +324,7 @@ def test_mid_epoch_checkpoints_restart_the_epoch(runs):
     assert runs.report("resume")["mid_epoch_metadata"] == {"epoch": 1, "batch": 1}
     resumed = runs.state("resumed_mid")
     assert_identical(resumed, runs.state("mid_epoch_replayed"))
+    assert differs(resumed, runs.state("clean"))
 
 
 def test_sigkill_while_the_weights_file_is_written(runs):

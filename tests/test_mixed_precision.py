@@ -119,6 +119,7 @@ def test_float32_variables_low_precision_loop_outputs_close_to_float32(name, pol
 
     tolerance = 8 * UNIT_ROUNDOFF[policy]
     worst = 0.0
+    assert len(outputs) == len(expected)
     for got, want in zip(outputs, expected):
         assert got.dtype == LOW[policy]
         error = np.abs(np.asarray(tf.cast(got, tf.float32)) - np.asarray(want))
@@ -199,11 +200,20 @@ def test_wrapper_dtype_governs_its_directions(float16_policy):
     assert {layer.forward.compute_dtype, layer.backward.compute_dtype, layer.projection.compute_dtype} == {"float32"}
     np.testing.assert_allclose(layer(x, mask=mask), reference(x, mask=mask), atol=1e-6, rtol=1e-6)
 
-    mixed = kb.Bidirectional(kb.Recurrent(kb.GRUCell(8)), backward_layer=kb.Recurrent(kb.GRUCell(8), reverse=True),
-                             return_sequences=True, return_state=True, dtype="float32")
-    outputs = mixed(x, mask=mask)
+    def recurrent_pair():
+        return kb.Bidirectional(kb.Recurrent(kb.GRUCell(8)), backward_layer=kb.Recurrent(kb.GRUCell(8), reverse=True),
+                                return_sequences=True, return_state=True, dtype="float32")
+
+    twin, pair_weights = _float32_twin(recurrent_pair, policy, seed=35)
+    mixed = recurrent_pair()
+    mixed.build((None, None, F))
+    mixed.set_weights(pair_weights)
+    outputs, expected = mixed(x, mask=mask), twin(x, mask=mask)
     assert mixed.forward.compute_dtype == LOW[policy]
-    assert all(y.dtype == tf.float32 for y in outputs)
+    assert len(outputs) == len(expected) == 3
+    for got, want in zip(outputs, expected):
+        assert got.dtype == tf.float32
+        np.testing.assert_allclose(got, want, atol=8 * UNIT_ROUNDOFF[policy], rtol=0)
 
 
 def test_stack_dtype_governs_its_layers(float16_policy):

@@ -315,9 +315,11 @@ def test_padding_never_leaks_into_outputs_or_gradients(ex, return_sequences, tra
     ref_out, ref_f, ref_b = oracle(ex, w, clean, ex.mask, return_sequences)
     if not return_sequences:
         ref_out = [np.where(ex.mask.any(1)[:, None], y, 0.0) for y in ref_out]
+    ref_grads = _oracle_grads(ex, w, clean, d_out, return_sequences)
+    assert len(out_clean) == len(ref_out + ref_f + ref_b) and len(grads_clean) == len(ref_grads)
     for a, e in zip(out_clean, ref_out + ref_f + ref_b):
         close(a, e, "outputs against the oracle")
-    for a, e in zip(grads_clean, _oracle_grads(ex, w, clean, d_out, return_sequences)):
+    for a, e in zip(grads_clean, ref_grads):
         close(a, e, "gradients against the oracle", atol=1e-4)
 
 

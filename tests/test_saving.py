@@ -282,9 +282,11 @@ def test_trained_tagger_resumes_training(saved):
     boundary = expected["tagger"]["boundary"]
     assert len(boundary) == 2 and all(np.abs(b).max() > 1e-3 for b in boundary)  # they were trained
     loaded = _load_list(files["tagger"] + ".loaded.npz")
+    assert len(loaded) == len(expected["tagger"]["weights"]) > 0
     for g, e in zip(loaded, expected["tagger"]["weights"]):
         np.testing.assert_array_equal(g, e)
     resumed = _load_list(files["tagger"] + ".resumed.npz")
+    assert len(resumed) == len(expected["tagger"]["resumed"]) > 0
     for g, e in zip(resumed, expected["tagger"]["resumed"]):
         np.testing.assert_allclose(g, e, atol=1e-6, rtol=1e-6)
 

@@ -22,11 +22,14 @@ def _randomize(layer, seed=0):
     layer.set_weights([rng.uniform(-0.6, 0.6, w.shape).astype(np.float32) for w in layer.get_weights()])
 
 
-def _clone(layer):
-    """from_config(get_config()), built, with the original's weights copied."""
+def _clone(layer, *input_shapes):
+    """from_config(get_config()), built for `input_shapes`, with the
+    original's weights copied (set_weights refuses any shape mismatch)."""
     config = layer.get_config()
     clone = type(layer).from_config(config)
     assert clone.get_config() == config
+    clone.build(*input_shapes)
+    clone.set_weights(layer.get_weights())
     return clone
 
 
@@ -52,9 +55,7 @@ def test_cell_config_round_trip(name):
     cell = CELL_CONFIGS[name]()
     cell.build((None, F))
     _randomize(cell)
-    clone = _clone(cell)
-    clone.build((None, F))
-    clone.set_weights(cell.get_weights())
+    clone = _clone(cell, (None, F))
     states = [np.full((B, U), 0.3, np.float32)] * cell.state_count
     out, new_states = cell(X[:, 0], states)
     out_c, new_states_c = clone(X[:, 0], states)
@@ -87,9 +88,7 @@ def test_recurrent_config_round_trip(name):
     layer = RECURRENTS[name]()
     layer.build((None, None, F))
     _randomize(layer)
-    clone = _clone(layer)
-    clone.build((None, None, F))
-    clone.set_weights(layer.get_weights())
+    clone = _clone(layer, (None, None, F))
     expected = to_numpy(layer(X, mask=MASK))
     assert_all_close(clone(X, mask=MASK), expected, atol=0, rtol=0)
     for attribute in ("reverse", "initial_state", "return_sequences", "return_state"):
@@ -118,10 +117,7 @@ def test_bidirectional_config_round_trip(name):
     layer = BIDIRECTIONALS[name]()
     layer.build((None, None, F))
     _randomize(layer)
-    clone = _clone(layer)
-    clone.build((None, None, F))
-    assert [w.shape for w in clone.weights] == [w.shape for w in layer.weights]
-    clone.set_weights(layer.get_weights())
+    clone = _clone(layer, (None, None, F))
     expected = to_numpy(layer(X, mask=MASK))
     assert_all_close(clone(X, mask=MASK), expected, atol=0, rtol=0)
     assert type(clone.backward.cell) is type(layer.backward.cell)
@@ -136,9 +132,7 @@ def test_directional_projection_config_round_trip():
     layer = kb.DirectionalProjection(5, activation="softmax")
     layer.build((None, U), (None, U))
     _randomize(layer, seed=27)
-    clone = _clone(layer)
-    clone.build((None, U), (None, U))
-    clone.set_weights(layer.get_weights())
+    clone = _clone(layer, (None, U), (None, U))
     rng = np.random.default_rng(28)
     h_f, h_b = (rng.normal(size=(B, T, U)).astype(np.float32) for _ in range(2))
     V_f, V_b, c = layer.get_weights()
@@ -150,9 +144,7 @@ def test_directional_projection_config_round_trip():
 def test_config_round_trip_reproduces_oracle_numbers():
     """The clone of a projection tagger still gives the oracle's numbers."""
     case = make_case("lstm", "projection_softmax", seed=21, return_sequences=True)
-    clone = _clone(case.layer)
-    clone.build((None, None, F))
-    clone.set_weights(case.layer.get_weights())
+    clone = _clone(case.layer, (None, None, F))
     assert_all_close(clone(case.x, mask=MASK), case.oracle(MASK))
 
 
