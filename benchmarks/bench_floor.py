@@ -19,26 +19,18 @@ time). No implementation of the layer can beat these floors.
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench_bidirectional import GATES, SHAPES, best_matmul_rate  # noqa: E402
+from bench_bidirectional import GATES, SHAPES, _timed, best_matmul_rate  # noqa: E402
 
 
 def _best(fn, rounds):
-    fn()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        result = fn()
-        if hasattr(result, "numpy"):
-            result.numpy()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    fn()  # trace and compile
+    return min(_timed(fn) for _ in range(rounds))
 
 
 def tf_chain(batch, steps, units, width, jit):
