@@ -2,9 +2,15 @@
 
 The only module that iterates over time. It knows nothing of Keras layers:
 a direction is a cell's pure step maths, its weights as tensors, its
-per-step inputs and its initial states. All directions advance in the same
-loop iteration, so a bidirectional layer pays the loop's per-step overhead
-once.
+per-step inputs and its initial states.
+
+How directions run: inside a graph (`tf.function`, `model.fit`), each
+direction is its own compiled loop, and TensorFlow's executor runs the two
+loops of a bidirectional layer at the same time, one per core, neither
+waiting for the other. Eagerly, and inside an XLA-compiled function (where
+XLA would run two loops one after the other), all directions advance in the
+same loop iteration and pay the per-step overhead once (benchmarks/README.md
+measures both).
 
 Masked steps carry the state unchanged and output zeros, which is exact for
 right padding, left padding and holes alike, in both directions: a backward
@@ -95,6 +101,8 @@ def run(
             (training). Without it a gradient is still exact, at the price
             of running the forward loop again.
     """
+    if len(directions) > 1 and _runs_concurrently():
+        return [run([d], mask, return_sequences, bptt)[0] for d in directions]
     static = (tuple(_static(d) for d in directions), mask is not None, return_sequences, bptt)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
 
@@ -138,6 +146,13 @@ def xla_disabled():
         yield
     finally:
         _XLA.enabled = previous
+
+
+def _runs_concurrently() -> bool:
+    """Whether independent loops built now would run at the same time: in a
+    graph TensorFlow's executor starts both at once; eagerly each call
+    blocks, and XLA serialises the loops of one computation."""
+    return not tf.executing_eagerly() and tf.__internal__.get_enclosing_xla_context() is None
 
 
 def _static(d: Direction) -> tuple:
