@@ -5,7 +5,8 @@ large square matmul. The recurrent matmuls cannot reach that rate: each is a
 small `[batch, units] x [units, gates * units]` product that needs the
 previous step's result. This script measures the best rate of exactly that
 chain (two independent chains, one per direction, as a bidirectional layer
-has), keeping nothing but a `tanh` between steps, with XLA, with plain
+has), keeping nothing but a `tanh` between steps, with XLA (one loop for
+both chains, and one loop per chain run concurrently), with plain
 TensorFlow and with PyTorch, and prints the achievable floor: the input
 projection of all steps at the large-matmul rate plus the recurrent chain at
 its measured time. A training step has two such chains (the forward loop and
@@ -49,6 +50,25 @@ def tf_chain(batch, steps, units, width, jit):
     return lambda: chain(start, *weights)[0]
 
 
+def tf_split_chains(batch, steps, units, width):
+    """The two chains as two XLA computations in one graph, which
+    TensorFlow's executor runs at the same time (as keras_birnn does)."""
+    rng = np.random.default_rng(0)
+    weights = [tf.constant(rng.normal(size=(units, width)).astype("float32") * 0.05) for _ in range(2)]
+    start = tf.constant(rng.normal(size=(batch, units)).astype("float32"))
+
+    @tf.function(jit_compile=True, autograph=False)
+    def one_chain(h0, r):
+        body = lambda i, a: (i + 1, tf.tanh(tf.matmul(a, r))[:, :units])  # noqa: E731
+        return tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), h0))[1]
+
+    @tf.function(autograph=False)
+    def chains(h0, r0, r1):
+        return one_chain(h0, r0), one_chain(h0, r1)
+
+    return lambda: chains(start, *weights)[0]
+
+
 def torch_chain(batch, steps, units, width):
     import torch
 
@@ -74,12 +94,16 @@ def main(argv=None):
     parser.add_argument("--cells", nargs="+", default=["gru", "lstm"])
     args = parser.parse_args(argv)
     rate = best_matmul_rate()
-    print(f"best large matmul {rate / 1e9:.1f} GFLOP/s; recurrent chain: best of XLA, TensorFlow, PyTorch")
+    print(f"best large matmul {rate / 1e9:.1f} GFLOP/s; recurrent chain: best of XLA (fused, split), TensorFlow, PyTorch")
     for shape_name in args.shapes:
         batch, steps, features, units = SHAPES[shape_name]
         for cell in args.cells:
             width = GATES[cell] * units
-            chains = {"xla": tf_chain(batch, steps, units, width, True), "tf": tf_chain(batch, steps, units, width, False)}
+            chains = {
+                "xla": tf_chain(batch, steps, units, width, True),
+                "xla_split": tf_split_chains(batch, steps, units, width),
+                "tf": tf_chain(batch, steps, units, width, False),
+            }
             try:
                 chains["torch"] = torch_chain(batch, steps, units, width)
             except ImportError:
