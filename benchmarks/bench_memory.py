@@ -11,6 +11,10 @@ returned to the OS), so the second step's peak above it is ~0 whatever T.
 (An earlier version measured that and printed ~0 MB for every length.)
 
     python benchmarks/bench_memory.py                       # T = 1k, 5k, 20k
+
+Peers: keras_birnn (default: one loop per direction, run concurrently),
+keras_birnn_fused (both directions in one loop, `recurrence.fused_directions`)
+and keras.layers.Bidirectional.
     python benchmarks/bench_memory.py --lengths 1000 2000   # other lengths
 """
 
@@ -21,13 +25,16 @@ import subprocess
 import sys
 
 CHILD = r"""
-import json, os, sys
+import contextlib, json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import keras, numpy as np, tensorflow as tf
 import keras_birnn as kb
+from keras_birnn import recurrence
 peer, cell, steps, batch, features, units = sys.argv[1:7]
 steps, batch, features, units = int(steps), int(batch), int(features), int(units)
-if peer == "keras_birnn":
+# keras_birnn_fused: both directions in one loop (recurrence.fused_directions)
+tracing = recurrence.fused_directions() if peer == "keras_birnn_fused" else contextlib.nullcontext()
+if peer.startswith("keras_birnn"):
     layer = kb.Bidirectional({"gru": kb.GRUCell, "lstm": kb.LSTMCell}[cell](units), return_sequences=True)
 else:
     layer = keras.layers.Bidirectional({"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}[cell](units, return_sequences=True))
@@ -45,7 +52,8 @@ def status_mb(field):
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # resets VmHWM, the peak RSS
 before = status_mb("VmRSS")
-grads = [g.numpy() for g in step(x)]  # traces, compiles and runs one step
+with tracing:
+    grads = [g.numpy() for g in step(x)]  # traces, compiles and runs one step
 after = status_mb("VmHWM")
 assert all(np.isfinite(g).all() for g in grads)
 print(json.dumps({"before_mb": before, "after_mb": after}))
@@ -71,7 +79,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--features", type=int, default=32)
     parser.add_argument("--units", type=int, default=64)
-    parser.add_argument("--peers", nargs="+", default=["keras_birnn", "keras"])
+    parser.add_argument("--peers", nargs="+", default=["keras_birnn", "keras_birnn_fused", "keras"])
     args = parser.parse_args(argv)
     print(f"peak memory of the first training step (MB above the built model, compilation included), "
           f"batch {args.batch}, input {args.features}, hidden {args.units}")
@@ -82,12 +90,15 @@ def main(argv=None):
                 rows[(peer, steps)] = measure(peer, cell, steps, args.batch, args.features, args.units)
                 mb, err = rows[(peer, steps)]
                 per_step = "" if mb is None else f"{1024 * mb / steps:7.1f} KB/step"
-                print(f"{cell:5s} T={steps:6d} {peer:12s} "
+                print(f"{cell:5s} T={steps:6d} {peer:17s} "
                       + (f"{mb:9.1f} MB {per_step}" if mb is not None else f"failed: {err}"), flush=True)
+        ours_peers = [p for p in args.peers if p != "keras"]
         for steps in args.lengths:
-            ours, theirs = rows[("keras_birnn", steps)][0], rows.get(("keras", steps), (None,))[0]
-            if ours and theirs:
-                print(f"{cell:5s} T={steps:6d} ours/keras memory x{ours / theirs:.2f}")
+            theirs = rows.get(("keras", steps), (None,))[0]
+            for peer in ours_peers:
+                ours = rows[(peer, steps)][0]
+                if ours and theirs:
+                    print(f"{cell:5s} T={steps:6d} {peer}/keras memory x{ours / theirs:.2f}")
         lengths = sorted(args.lengths)
         slopes = {}
         for peer in args.peers:
@@ -97,11 +108,12 @@ def main(argv=None):
                 if low is not None and high is not None and high_t > low_t:
                     slope = 1024 * (high - low) / (high_t - low_t)
                     slopes[(peer, low_t, high_t)] = slope
-                    print(f"{cell:5s} {peer:12s} growth {slope:6.1f} KB per step of T (T={low_t}..{high_t})")
-        ours = slopes.get(("keras_birnn", lengths[0], lengths[-1]))
+                    print(f"{cell:5s} {peer:17s} growth {slope:6.1f} KB per step of T (T={low_t}..{high_t})")
         theirs = slopes.get(("keras", lengths[0], lengths[-1]))
-        if ours and theirs:
-            print(f"{cell:5s} growth per step of T, ours/keras x{ours / theirs:.2f}")
+        for peer in ours_peers:
+            ours = slopes.get((peer, lengths[0], lengths[-1]))
+            if ours and theirs:
+                print(f"{cell:5s} growth per step of T, {peer}/keras x{ours / theirs:.2f}")
 
 
 if __name__ == "__main__":

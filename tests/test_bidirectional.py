@@ -6,6 +6,8 @@ gradients against the oracle's hand-written BPTT (seed 001); the three
 kinds of boundary state and call-time initial states; XLA.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -240,6 +242,30 @@ def test_jit_compile_gradients(training):
     expected = [oracle[s][k] for s in ("fw", "bw") for k in ("kernel", "recurrent_kernel", "bias")]
     expected += [oracle["projection"][k] for k in ("V_f", "V_b", "c")]
     assert_all_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+
+def _compiled_functions(fn, *args):
+    """Names of the XLA-compiled functions a traced graph calls."""
+    library = fn.get_concrete_function(*args).graph.as_graph_def().library
+    return sorted(f.signature.name for f in library.function if f.attr["_XlaMustCompile"].b)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
+def test_graph_loop_layouts(fused):
+    """In a graph each direction is its own compiled loop (TensorFlow runs
+    the two at the same time); under `recurrence.fused_directions()` one loop
+    advances both. Both layouts give the oracle's outputs and BPTT gradients."""
+    case = make_case("lstm", "concat", seed=10, return_sequences=True, return_state=True)
+    spec = [tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([None, None], tf.bool)]
+    layout = kb.recurrence.fused_directions() if fused else contextlib.nullcontext()
+    with layout:
+        infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=spec)
+        assert len(_compiled_functions(infer, *spec)) == (1 if fused else 2)
+        assert_all_close(to_numpy(infer(case.x, MASK)), case.oracle(MASK))
+        d_output = case.random_d_output()
+        grads = case.tf_grads(d_output, MASK, graph=True, training=True)
+    case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
 
 
 # --- structure -----------------------------------------------------------------
