@@ -311,7 +311,7 @@ def _split_loop_functions(static, xla: bool):
     specs, has_mask, return_sequences, keep = static
     parts = [_loop_functions(((spec,), has_mask, return_sequences, keep), xla, False) for spec in specs]
     inputs = _splitter([sum(spec[3][:-1]) + spec[2] + spec[3][-1] for spec in specs])
-    memories = _splitter([1 + spec[2] for spec in specs])  # saved, then the incoming states
+    memories = _splitter([1 + spec[2] for spec in specs])  # as _group_memory
     outputs = _splitter([int(return_sequences) + spec[2] for spec in specs])
 
     def forward_fn(which):
@@ -349,12 +349,8 @@ def _splitter(sizes):
 
 
 def _group_memory(directions, memory) -> list:
-    grouped, pos = [], 0
-    for d in directions:
-        size = 1 + len(d.initial_states)  # saved, then the incoming states
-        grouped.append(list(memory[pos : pos + size]))
-        pos += size
-    return grouped
+    # Per direction: what the step maths saved, then the incoming states.
+    return _splitter([1 + len(d.initial_states) for d in directions])(memory)
 
 
 def _time_index(direction: Direction, i, steps):
