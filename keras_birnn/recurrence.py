@@ -310,9 +310,11 @@ def _split_loop_functions(static, xla: bool):
     graph TensorFlow's executor runs the directions' loops at the same time."""
     specs, has_mask, return_sequences, keep = static
     parts = [_loop_functions(((spec,), has_mask, return_sequences, keep), xla, False) for spec in specs]
-    inputs = _splitter([sum(spec[3][:-1]) + spec[2] + spec[3][-1] for spec in specs])
-    memories = _splitter([1 + spec[2] for spec in specs])  # as _group_memory
-    outputs = _splitter([int(return_sequences) + spec[2] for spec in specs])
+    n_states = [n for _, _, n, _, _, _ in specs]
+    # Per direction, as _flatten, _group_memory and _flatten_outputs lay them out.
+    inputs = _splitter([sum(present) + n for _, _, n, present, _, _ in specs])
+    memories = _splitter([1 + n for n in n_states])
+    outputs = _splitter([int(return_sequences) + n for n in n_states])
 
     def forward_fn(which):
         def forward(flat, mask):
