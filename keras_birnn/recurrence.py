@@ -11,7 +11,8 @@ waiting for the other. Eagerly, and inside an XLA-compiled function (where
 XLA would run two loops one after the other), all directions advance in the
 same loop iteration and pay the per-step overhead once (benchmarks/README.md
 measures both). `fused_directions()` asks for the fused loop in graphs too:
-slower, but with a training step's peak memory about 20% lower.
+slower, but for a GRU with a training step's peak memory about 20% lower
+(for an LSTM it is no lower).
 
 Masked steps carry the state unchanged and output zeros, which is exact for
 right padding, left padding and holes alike, in both directions: a backward
@@ -156,9 +157,10 @@ class _Concurrent:
 def fused_directions():
     """Builds bidirectional layers with both directions in one loop even in
     graphs, instead of one loop per direction run concurrently: slower, but
-    a training step's peak memory is about 20% lower (0.8 against 1.0 times
-    Keras's, benchmarks/README.md), for very long sequences. Read when
-    functions are traced, like `xla_disabled`."""
+    for a GRU a training step's peak memory is about 20% lower (0.84 against
+    1.0 times Keras's growth per step; for an LSTM both layouts are within
+    5% of Keras's, benchmarks/README.md), for very long sequences. Read
+    when functions are traced, like `xla_disabled`."""
     previous, _Concurrent.enabled = _Concurrent.enabled, False
     try:
         yield
