@@ -83,6 +83,15 @@ def test_directions_built_for_different_feature_sizes():
     bi = kb.Bidirectional(kb.GRUCell(U), backward_layer=kb.Recurrent(backward_cell, reverse=True))
     with pytest.raises(ValueError, match=rf"was built for {F + 2} features, received input shape \(4, 6, {F}\)"):
         bi(X)
+    # Positive control: the same construction with a backward cell built for
+    # F features is accepted, and its backward half is that direction alone.
+    matching_cell = kb.GRUCell(U)
+    matching_cell.build((None, None, F))
+    backward = kb.Recurrent(matching_cell, reverse=True, return_sequences=True)
+    bi = kb.Bidirectional(kb.GRUCell(U), backward_layer=backward, merge_mode=None, return_sequences=True)
+    _, backward_half = bi(X)
+    assert_all_close(backward_half, backward(X))
+    assert np.abs(np.asarray(backward_half)).max() > 1e-3
 
 
 # --- dtypes ------------------------------------------------------------------------------
