@@ -34,17 +34,25 @@ def _best(fn, rounds):
     return min(_timed(fn) for _ in range(rounds))
 
 
-def tf_chain(batch, steps, units, width, jit):
-    """Two independent chains h <- tanh(h R)[:, :units], `steps` long."""
+def _chain_setup(batch, units, width):
+    """Two recurrent weights `[units, width]` and a start state `[batch, units]`."""
     rng = np.random.default_rng(0)
     weights = [tf.constant(rng.normal(size=(units, width)).astype("float32") * 0.05) for _ in range(2)]
-    start = tf.constant(rng.normal(size=(batch, units)).astype("float32"))
+    return weights, tf.constant(rng.normal(size=(batch, units)).astype("float32"))
+
+
+def _link(h, r, units):
+    """One step of a chain: h <- tanh(h R)[:, :units]."""
+    return tf.tanh(tf.matmul(h, r))[:, :units]
+
+
+def tf_chain(batch, steps, units, width, jit):
+    """Two independent chains in one loop, `steps` long."""
+    weights, start = _chain_setup(batch, units, width)
 
     @tf.function(jit_compile=jit, autograph=False)
     def chain(h0, r0, r1):
-        def body(i, a, b):
-            return i + 1, tf.tanh(tf.matmul(a, r0))[:, :units], tf.tanh(tf.matmul(b, r1))[:, :units]
-
+        body = lambda i, a, b: (i + 1, _link(a, r0, units), _link(b, r1, units))  # noqa: E731
         return tf.while_loop(lambda i, *_: i < steps, body, (tf.constant(0), h0, h0))[1:]
 
     return lambda: chain(start, *weights)[0]
@@ -53,13 +61,11 @@ def tf_chain(batch, steps, units, width, jit):
 def tf_split_chains(batch, steps, units, width):
     """The two chains as two XLA computations in one graph, which
     TensorFlow's executor runs at the same time (as keras_birnn does)."""
-    rng = np.random.default_rng(0)
-    weights = [tf.constant(rng.normal(size=(units, width)).astype("float32") * 0.05) for _ in range(2)]
-    start = tf.constant(rng.normal(size=(batch, units)).astype("float32"))
+    weights, start = _chain_setup(batch, units, width)
 
     @tf.function(jit_compile=True, autograph=False)
     def one_chain(h0, r):
-        body = lambda i, a: (i + 1, tf.tanh(tf.matmul(a, r))[:, :units])  # noqa: E731
+        body = lambda i, a: (i + 1, _link(a, r, units))  # noqa: E731
         return tf.while_loop(lambda i, _: i < steps, body, (tf.constant(0), h0))[1]
 
     @tf.function(autograph=False)
