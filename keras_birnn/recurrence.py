@@ -252,13 +252,19 @@ def _differentiable_loop(static, xla, split, flat, mask):
     return recurrence(*flat)
 
 
+def _flat_size(spec) -> int:
+    """How many tensors `_flatten` lays out for one direction: its present
+    fields, its initial states, then its state mask if it has one."""
+    _, _, n_states, present, _, _ = spec
+    return sum(present) + n_states
+
+
 def _state_mask_positions(specs) -> set:
-    positions, pos = set(), 0
-    for _, _, n_states, present, _, _ in specs:
-        pos += sum(present[:-1]) + n_states
-        if present[-1]:
-            positions.add(pos)
-            pos += 1
+    positions, end = set(), 0
+    for spec in specs:
+        end += _flat_size(spec)
+        if spec[3][-1]:  # a direction's state mask is its last tensor
+            positions.add(end - 1)
     return positions
 
 
@@ -314,7 +320,7 @@ def _split_loop_functions(static, xla: bool):
     parts = [_loop_functions(((spec,), has_mask, return_sequences, keep), xla, False) for spec in specs]
     n_states = [n for _, _, n, _, _, _ in specs]
     # Per direction, as _flatten, _group_memory and _flatten_outputs lay them out.
-    inputs = _splitter([sum(present) + n for _, _, n, present, _, _ in specs])
+    inputs = _splitter([_flat_size(spec) for spec in specs])
     memories = _splitter([1 + n for n in n_states])
     outputs = _splitter([int(return_sequences) + n for n in n_states])
 
