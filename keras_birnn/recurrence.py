@@ -138,22 +138,27 @@ class _XLA:
     enabled = True
 
 
-@contextlib.contextmanager
-def xla_disabled():
-    """Runs loops as plain TensorFlow graphs instead of XLA clusters (used when
-    exporting SavedModels, so that serving needs no XLA JIT)."""
-    previous, _XLA.enabled = _XLA.enabled, False
-    try:
-        yield
-    finally:
-        _XLA.enabled = previous
-
-
 class _Concurrent:
     enabled = True
 
 
 @contextlib.contextmanager
+def _switched_off(setting):
+    """Sets `setting.enabled` to False for the `with` block (read when
+    functions are traced, so it decides how loops traced inside are built)."""
+    previous, setting.enabled = setting.enabled, False
+    try:
+        yield
+    finally:
+        setting.enabled = previous
+
+
+def xla_disabled():
+    """Runs loops as plain TensorFlow graphs instead of XLA clusters (used when
+    exporting SavedModels, so that serving needs no XLA JIT)."""
+    return _switched_off(_XLA)
+
+
 def fused_directions():
     """Builds bidirectional layers with both directions in one loop even in
     graphs, instead of one loop per direction run concurrently: slower, but
@@ -161,11 +166,7 @@ def fused_directions():
     1.0 times Keras's growth per step; for an LSTM both layouts are within
     5% of Keras's, benchmarks/README.md), for very long sequences. Read
     when functions are traced, like `xla_disabled`."""
-    previous, _Concurrent.enabled = _Concurrent.enabled, False
-    try:
-        yield
-    finally:
-        _Concurrent.enabled = previous
+    return _switched_off(_Concurrent)
 
 
 def _runs_concurrently() -> bool:
