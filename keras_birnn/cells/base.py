@@ -170,9 +170,10 @@ class RecurrentCell(keras.layers.Layer):
 
         - `forward(projected, states, recurrent_kernel, recurrent_bias,
           state_mask) -> (new_states, saved)`; `saved` is `[B, saved_width(units)]`.
-        - `backward(states, saved, recurrent_kernel, state_mask, d_new)
-          -> (record, d_states)`, one BPTT step; `record` is
-          `[B, record_width(units)]`.
+        - `backward(states, saved, transposed_kernel, state_mask, d_new)
+          -> (record, d_states)`, one BPTT step; `transposed_kernel` is
+          the recurrent kernel transposed, `[gates * units, units]`;
+          `record` is `[B, record_width(units)]`.
         - `input_gradient(records)`: the projected input's gradient from
           records of all steps stacked `[N, record_width]`.
         - `kernel_gradient(h_in, records) -> (d_recurrent_kernel,

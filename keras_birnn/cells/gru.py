@@ -58,7 +58,7 @@ class GRUMath(NamedTuple):
         z = self.recurrent_activation(pre_z)
         return [z * h + (1.0 - z) * self.activation(pre_c)], saved
 
-    def backward(self, states, saved, recurrent_kernel, state_mask, d_new):
+    def backward(self, states, saved, transposed_kernel, state_mask, d_new):
         """One step back: returns (record, d_states).
 
         `record` is `[d_pre_z, d_pre_r, candidate_term, d_pre_c]`, from
@@ -79,14 +79,14 @@ class GRUMath(NamedTuple):
         if self.reset_after:
             d_pre_r = d_pre_c * saved[:, 3 * units :] * derivative(self.recurrent_activation, pre_r, r)
             d_recurrent = tf.concat([d_pre_z, d_pre_r, d_pre_c * r], axis=-1)
-            d_h_in = tf.matmul(d_recurrent, recurrent_kernel, transpose_b=True)
+            d_h_in = tf.matmul(d_recurrent, transposed_kernel)
             record = tf.concat([d_recurrent, d_pre_c], axis=-1)
         else:
-            gate_kernel, candidate_kernel = recurrent_kernel[:, : 2 * units], recurrent_kernel[:, 2 * units :]
-            d_reset_in = tf.matmul(d_pre_c, candidate_kernel, transpose_b=True)
+            gate_kernel_t, candidate_kernel_t = transposed_kernel[: 2 * units], transposed_kernel[2 * units :]
+            d_reset_in = tf.matmul(d_pre_c, candidate_kernel_t)
             d_pre_r = d_reset_in * h_in * derivative(self.recurrent_activation, pre_r, r)
             d_gates = tf.concat([d_pre_z, d_pre_r], axis=-1)
-            d_h_in = tf.matmul(d_gates, gate_kernel, transpose_b=True) + d_reset_in * r
+            d_h_in = tf.matmul(d_gates, gate_kernel_t) + d_reset_in * r
             record = tf.concat([d_gates, r * h_in, d_pre_c], axis=-1)
         if state_mask is not None:
             d_h_in = d_h_in * state_mask

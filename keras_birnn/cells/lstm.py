@@ -44,7 +44,7 @@ class LSTMMath(NamedTuple):
         c_new = f * c + i * g
         return [o * self.activation(c_new), c_new], pre
 
-    def backward(self, states, saved, recurrent_kernel, state_mask, d_new):
+    def backward(self, states, saved, transposed_kernel, state_mask, d_new):
         """One step back: returns (record, d_states); the record is the
         gates' pre-activation gradient `[B, 4U]`."""
         _, c = states
@@ -62,7 +62,7 @@ class LSTMMath(NamedTuple):
             ],
             axis=-1,
         )
-        d_h_in = tf.matmul(record, recurrent_kernel, transpose_b=True)
+        d_h_in = tf.matmul(record, transposed_kernel)
         if state_mask is not None:
             d_h_in = d_h_in * state_mask
         return record, [d_h_in, d_c * f]

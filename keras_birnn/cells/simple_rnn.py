@@ -34,11 +34,11 @@ class SimpleRNNMath(NamedTuple):
         pre = projected + tf.matmul(h_in, recurrent_kernel)
         return [self.activation(pre)], pre
 
-    def backward(self, states, saved, recurrent_kernel, state_mask, d_new):
+    def backward(self, states, saved, transposed_kernel, state_mask, d_new):
         """One step back: returns (record, d_states); the record is the
         pre-activation gradient, summed over steps by the bulk gradients."""
         d_pre = d_new[0] * derivative(self.activation, saved, self.activation(saved))
-        d_h = tf.matmul(d_pre, recurrent_kernel, transpose_b=True)
+        d_h = tf.matmul(d_pre, transposed_kernel)
         if state_mask is not None:
             d_h = d_h * state_mask
         return d_pre, [d_h]
