@@ -261,11 +261,58 @@ def test_graph_loop_layouts(fused):
     layout = kb.recurrence.fused_directions() if fused else contextlib.nullcontext()
     with layout:
         infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=spec)
-        assert len(_compiled_functions(infer, *spec)) == (1 if fused else 2)
+        # Per direction, an unknown batch size leaves both inference loops
+        # in the graph (a tf.cond picks one by the step's size, see
+        # test_inference_loop_variants); the fused loop has one variant.
+        assert len(_compiled_functions(infer, *spec)) == (1 if fused else 4)
         assert_all_close(to_numpy(infer(case.x, MASK)), case.oracle(MASK))
         d_output = case.random_d_output()
         grads = case.tf_grads(d_output, MASK, graph=True, training=True)
     case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
+
+
+@pytest.fixture
+def inline_step_limit():
+    """Sets `recurrence._INLINE_STEP_LIMIT` for one test; loops built under
+    another limit are dropped from the caches before and after."""
+    saved = kb.recurrence._INLINE_STEP_LIMIT
+
+    def set_limit(value):
+        kb.recurrence._INLINE_STEP_LIMIT = value
+        kb.recurrence._loop_functions.cache_clear()
+        kb.recurrence._compiled_runner.cache_clear()
+
+    yield set_limit
+    set_limit(saved)
+
+
+@pytest.mark.parametrize("limit", [0, 10**12], ids=["inputs_read_ahead", "inputs_read_in_step"])
+@pytest.mark.parametrize("cell", ["gru_reset_after", "lstm", "simple_tanh"])
+def test_inference_loop_variants(inline_step_limit, limit, cell):
+    """Both inference loops of a direction (inputs read one step ahead, or
+    sliced inside the step for small steps) give the oracle's outputs, with
+    a mask and unknown batch and time sizes (the tf.cond path)."""
+    inline_step_limit(limit)
+    case = make_case(cell, "concat", seed=11, return_sequences=True, return_state=True)
+    spec = [tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([None, None], tf.bool)]
+    infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=spec)
+    assert len(_compiled_functions(infer, *spec)) == (2 if limit == 0 else 4)
+    assert_all_close(to_numpy(infer(case.x, MASK)), case.oracle(MASK))
+    no_mask = tf.function(lambda x: case.layer(x), input_signature=spec[:1])
+    assert_all_close(to_numpy(no_mask(case.x)), case.oracle(None))
+
+
+def test_inline_read_chosen_by_batch_size():
+    """`_by_batch_size` calls the small-step loop up to `max_batch` rows:
+    statically when the batch size is known, by a tf.cond otherwise."""
+    small = lambda flat, mask: ([flat[0][:, 0, 0] * 0 + 1.0], [])  # noqa: E731
+    large = lambda flat, mask: ([flat[0][:, 0, 0] * 0 + 2.0], [])  # noqa: E731
+    forward = kb.recurrence._by_batch_size(3, small=small, large=large)
+    for rows, expected in ((3, 1.0), (4, 2.0)):
+        x = tf.zeros([rows, 2, 1])
+        assert float(forward([x], None)[0][0][0]) == expected
+        traced = tf.function(lambda x: forward([x], None)[0][0], input_signature=[tf.TensorSpec([None, None, 1])])
+        assert float(traced(x)[0]) == expected
 
 
 # --- structure -----------------------------------------------------------------
