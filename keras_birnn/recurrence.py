@@ -276,10 +276,11 @@ def _state_mask_positions(specs) -> set:
 def _loop_functions(static, xla: bool, split: bool):
     """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
     memory, and backward(flat, mask, memory, d_outputs) -> gradients. With
-    XLA, the three loops (not backward's bulk matmuls) are compiled once per
-    loop structure and reused across calls (eagerly too); XLA compiles each
-    once per concrete input shape. With `split`, every direction has loops
-    of its own (`_split_loop_functions`)."""
+    XLA, the loops (not backward's bulk matmuls) are compiled once per loop
+    structure and reused across calls (eagerly too); XLA compiles each once
+    per concrete input shape. An inference forward of one direction has two
+    loops, for small and large steps (`_by_batch_size`). With `split`,
+    every direction has loops of its own (`_split_loop_functions`)."""
     if split:
         return _split_loop_functions(static, xla)
     specs, has_mask, return_sequences, keep = static
