@@ -302,6 +302,24 @@ def test_inference_loop_variants(inline_step_limit, limit, cell):
     assert_all_close(to_numpy(no_mask(case.x)), case.oracle(None))
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "inside_xla"])
+def test_unidirectional_inference_loops(inline_step_limit, jit_compile, reverse):
+    """`kb.Recurrent` (one direction, so an inline-read candidate) with an
+    unknown batch and time size, in a graph and inside an XLA-compiled
+    function (where the tf.cond is compiled too), under both inference
+    loops: the oracle's outputs."""
+    x = np.random.default_rng(12).normal(size=(5, 7, 3)).astype(np.float32)
+    for limit in (0, 10**12):
+        inline_step_limit(limit)
+        layer = kb.Recurrent(kb.GRUCell(U), return_sequences=True, reverse=reverse)
+        layer.build((None, None, 3))
+        params = {k: getattr(layer.cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
+        expected, _ = ref.run_direction("gru", params, x, reverse=reverse)
+        run = tf.function(lambda x: layer(x), jit_compile=jit_compile, input_signature=[tf.TensorSpec([None, None, 3])])
+        np.testing.assert_allclose(run(x), expected, atol=1e-5)
+
+
 def test_inline_read_chosen_by_batch_size():
     """`_by_batch_size` calls the small-step loop up to `max_batch` rows:
     statically when the batch size is known, by a tf.cond otherwise."""
