@@ -308,20 +308,23 @@ def _loop_functions(static, xla: bool, split: bool):
         # matmuls that TensorFlow's own kernels run as fast, and leaving
         # them out of XLA cut the backward pass's compile time from 1.45 to
         # 1.03 s (textbook GRU).
-        records, d_initial = loops[2](flat, mask, memory, d_flat_out)
+        records, d_initial = compiled_backward_loop(flat, mask, memory, d_flat_out)
         directions = _unflatten(list(flat), specs)
         return _bulk_gradients(directions, _group_memory(directions, memory), records, d_initial)
 
-    loops = (forward_fn(keep), forward_fn(True), backward_loop)
-    max_inline_batch = _max_inline_batch(specs) if xla and not keep else 0
+    def compiled(fn):
+        return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False) if xla else fn
+
+    compiled_backward_loop = compiled(backward_loop)
+    keeping = compiled(forward_fn(True))
+    if keep:
+        return keeping, keeping, backward
+    forward = compiled(forward_fn(False))
+    max_inline_batch = _max_inline_batch(specs) if xla else 0
     if max_inline_batch:
-        loops += (forward_fn(False, inputs_ahead=False),)
-    if xla:
-        loops = tuple(tf.function(f, jit_compile=True, reduce_retracing=True, autograph=False) for f in loops)
-    forward = loops[0]
-    if max_inline_batch:
-        forward = _by_batch_size(max_inline_batch, small=loops[3], large=loops[0])
-    return forward, loops[1], backward
+        small = compiled(forward_fn(False, inputs_ahead=False))
+        forward = _by_batch_size(max_inline_batch, small=small, large=forward)
+    return forward, keeping, backward
 
 
 # Multiply-adds of one step's matmuls (batch x (features + units) x gate
@@ -348,7 +351,8 @@ def _max_inline_batch(specs) -> int:
 def _by_batch_size(max_batch: int, small, large):
     """A forward function calling `small` up to `max_batch` rows, else
     `large`: decided when traced if the batch size is known then, by a
-    `tf.cond` otherwise (only the branch taken is ever compiled by XLA)."""
+    `tf.cond` otherwise (in a graph only the branch taken is ever compiled
+    by XLA; inside an XLA-compiled caller both are, as part of it)."""
 
     def forward(flat, mask):
         batch = flat[0].shape[0]  # a direction's inputs come first
