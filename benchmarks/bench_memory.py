@@ -11,11 +11,11 @@ returned to the OS), so the second step's peak above it is ~0 whatever T.
 (An earlier version measured that and printed ~0 MB for every length.)
 
     python benchmarks/bench_memory.py                       # T = 1k, 5k, 20k
+    python benchmarks/bench_memory.py --lengths 1000 2000   # other lengths
 
 Peers: keras_birnn (default: one loop per direction, run concurrently),
 keras_birnn_fused (both directions in one loop, `recurrence.fused_directions`)
 and keras.layers.Bidirectional.
-    python benchmarks/bench_memory.py --lengths 1000 2000   # other lengths
 """
 
 import argparse
