@@ -21,6 +21,8 @@ from test_case import assert_all_close, eager_and_graph, in_graph
 
 # A diagonal pairing cells with merge modes, for what needs one run per cell.
 DIAGONAL = list(zip(CELLS, ["concat", "projection_softmax", "none", "mul", "sum"]))
+# Inputs and mask with unknown batch and time sizes.
+UNKNOWN_SIZES = [tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([None, None], tf.bool)]
 
 
 @pytest.mark.parametrize("merge_name", list(MERGES))
@@ -230,7 +232,7 @@ def test_jit_compile_gradients(training):
 
     @tf.function(
         jit_compile=True,
-        input_signature=[tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([None, None], tf.bool)],
+        input_signature=UNKNOWN_SIZES,
     )
     def grads(x, mask):
         with tf.GradientTape() as tape:
@@ -242,7 +244,6 @@ def test_jit_compile_gradients(training):
     expected = [oracle[s][k] for s in ("fw", "bw") for k in ("kernel", "recurrent_kernel", "bias")]
     expected += [oracle["projection"][k] for k in ("V_f", "V_b", "c")]
     assert_all_close(got, expected, atol=1e-4, rtol=1e-4)
-
 
 
 def _compiled_functions(fn, *args):
@@ -257,7 +258,7 @@ def test_graph_loop_layouts(fused):
     the two at the same time); under `recurrence.fused_directions()` one loop
     advances both. Both layouts give the oracle's outputs and BPTT gradients."""
     case = make_case("lstm", "concat", seed=10, return_sequences=True, return_state=True)
-    spec = [tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([None, None], tf.bool)]
+    spec = UNKNOWN_SIZES
     layout = kb.recurrence.fused_directions() if fused else contextlib.nullcontext()
     with layout:
         infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=spec)
@@ -294,7 +295,7 @@ def test_inference_loop_variants(inline_step_limit, limit, cell):
     a mask and unknown batch and time sizes (the tf.cond path)."""
     inline_step_limit(limit)
     case = make_case(cell, "concat", seed=11, return_sequences=True, return_state=True)
-    spec = [tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([None, None], tf.bool)]
+    spec = UNKNOWN_SIZES
     infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=spec)
     assert len(_compiled_functions(infer, *spec)) == (2 if limit == 0 else 4)
     assert_all_close(to_numpy(infer(case.x, MASK)), case.oracle(MASK))
@@ -316,7 +317,7 @@ def test_unidirectional_inference_loops(inline_step_limit, jit_compile, reverse)
         layer.build((None, None, 3))
         params = {k: getattr(layer.cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
         expected, _ = ref.run_direction("gru", params, x, reverse=reverse)
-        run = tf.function(lambda x: layer(x), jit_compile=jit_compile, input_signature=[tf.TensorSpec([None, None, 3])])
+        run = tf.function(lambda x: layer(x), jit_compile=jit_compile, input_signature=UNKNOWN_SIZES[:1])
         np.testing.assert_allclose(run(x), expected, atol=1e-5)
 
 
