@@ -23,13 +23,16 @@ projecting the whole sequence up front: with the per-step reads below,
 hoisting the projection measured no faster under XLA, and without them
 it was twice as slow (benchmarks/README.md).
 
-Every per-step slice (inputs, kept memory, output gradients, mask) is read
-one iteration ahead into a loop-carried tensor (`_time_loop`): XLA's CPU
-backend otherwise fuses the slice into the elementwise kernel that uses
-it, and such a kernel is left unvectorised. One exception: a one-direction
-inference loop with a small step slices its inputs inside the step (they
-only feed a matmul), so that the step has few enough kernels for XLA to run
-them in order on one thread (`_INLINE_STEP_LIMIT`).
+Every per-step slice (inputs, kept memory, output gradients, mask) is
+materialised in a buffer of its own before the step's arithmetic reads it
+(`_time_loop`): XLA's CPU backend otherwise fuses the slice into the
+elementwise kernel that uses it, and such a kernel is left unvectorised.
+Training loops compiled by XLA slice in the step behind an XLA optimization
+barrier; the others read one iteration ahead into loop-carried tensors. One
+exception: a one-direction inference loop with a small step slices its
+inputs inside the step (they only feed a matmul), so that the step has few
+enough kernels for XLA to run them in order on one thread
+(`_INLINE_STEP_LIMIT`).
 
 Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
 seed 001 instead of autodiff through `tf.while_loop`. The forward loop keeps
@@ -51,6 +54,11 @@ import tensorflow as tf
 
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.cells.derivatives import column_sum
+
+try:  # TensorFlow exposes XLA's optimization barrier in this module only
+    from tensorflow.compiler.tf2xla.python.xla import optimization_barrier as _xla_barrier
+except ImportError:  # pragma: no cover - then every loop reads ahead
+    _xla_barrier = None
 
 input_projection = RecurrentCell.input_projection
 
@@ -142,6 +150,10 @@ class _XLA:
 
 
 class _Concurrent:
+    enabled = True
+
+
+class _InStepReads:
     enabled = True
 
 
@@ -429,17 +441,30 @@ def _array(like, steps):
     return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
 
-def _time_loop(steps, read, body, state):
+def _time_loop(steps, read, body, state, training=False):
     """`tf.while_loop` over `i` in `[0, steps)`; `body(i, current, state)`
-    gets `current = read(i)`, a list of per-step slices, as loop-carried
-    tensors read one iteration ahead.
+    gets `current = read(i)`, a list of per-step slices, each materialised
+    in a buffer of its own before the step's arithmetic reads it.
 
-    Why not slice inside the body: XLA's CPU backend fuses a per-step slice
-    into the elementwise kernel that consumes it, and such a kernel is not
-    vectorised (its LLVM IR has no vector types; 4-9 times slower, measured
-    in benchmarks/README.md). A loop-carried value is always materialised
-    by a plain copy, so the step's arithmetic reads ordinary buffers.
+    Why: XLA's CPU backend fuses a per-step slice into the elementwise
+    kernel that consumes it, and such a kernel is not vectorised (its LLVM
+    IR has no vector types; 4-9 times slower, measured in
+    benchmarks/README.md). Two ways to materialise: read one iteration
+    ahead into loop-carried tensors (each then costs a second copy per
+    step), or, for the training loops inside XLA, slice in the step behind
+    an XLA optimization barrier, which no fusion crosses (textbook training
+    steps 3-9% faster, large ones unchanged; inference loops measured no
+    faster, and up to 1.24x slower at the large shape, so they read ahead).
     """
+    if training and _in_step_reads_available():
+
+        def barrier_body(i, state):
+            return i + 1, body(i, _materialised(read(i)), state)
+
+        _, state = tf.while_loop(
+            lambda i, *_: i < steps, barrier_body, (tf.constant(0), state), maximum_iterations=steps
+        )
+        return state
 
     def loop_body(i, current, state):
         state = body(i, current, state)
@@ -449,6 +474,28 @@ def _time_loop(steps, read, body, state):
         lambda i, *_: i < steps, loop_body, (tf.constant(0), read(0), state), maximum_iterations=steps
     )
     return state
+
+
+def _in_step_reads_available() -> bool:
+    """Whether a loop traced now is compiled by XLA (the barrier is an XLA
+    op, with no kernel outside it) and the barrier is there to use."""
+    return (
+        _InStepReads.enabled
+        and _xla_barrier is not None
+        and tf.__internal__.get_enclosing_xla_context() is not None
+    )
+
+
+def _materialised(slices: list) -> list:
+    """The slices behind an XLA optimization barrier: each becomes a buffer
+    of its own, which the step's kernels read instead of fusing the slice."""
+    if not slices:
+        return slices
+    out = _xla_barrier(*slices)
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    for barred, original in zip(out, slices):
+        barred.set_shape(original.shape)
+    return out
 
 
 def _forward_loop(directions, mask, return_sequences, keep_for_bptt, inputs_ahead=True):
@@ -499,7 +546,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, inputs_ahea
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
-    final_states, outputs, kept = _time_loop(steps, read, body, initial)
+    final_states, outputs, kept = _time_loop(steps, read, body, initial, training=keep_for_bptt)
     sequences = [tf.transpose(o.stack(), [1, 0, 2]) for o in outputs] if outputs else [None] * len(directions)
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
@@ -646,5 +693,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         )
         for d in directions
     ]
-    d_states, records = _time_loop(steps, read, body, ([final for _, final in output_grads], records))
+    d_states, records = _time_loop(
+        steps, read, body, ([final for _, final in output_grads], records), training=True
+    )
     return [a.stack() for a in records], d_states

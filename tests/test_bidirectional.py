@@ -273,6 +273,51 @@ def test_graph_loop_layouts(fused):
 
 
 @pytest.fixture
+def loop_settings():
+    """Switches a loop-building setting of `recurrence` for one test; loops
+    built under other settings are dropped from the caches before and after."""
+    rec = kb.recurrence
+    saved = (rec._InStepReads.enabled, rec._XLA.enabled)
+
+    def switch(in_step_reads=True, xla=True):
+        rec._InStepReads.enabled, rec._XLA.enabled = in_step_reads, xla
+        rec._loop_functions.cache_clear()
+        rec._compiled_runner.cache_clear()
+
+    yield switch
+    switch(*saved)
+
+
+def _graph_ops(fn, *args) -> set:
+    """Op types in a traced function and every function its graph calls."""
+    graph_def = fn.get_concrete_function(*args).graph.as_graph_def()
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    return {n.op for n in nodes}
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
+@pytest.mark.parametrize(
+    "reads", ["in_step_barrier", "read_ahead", "without_xla"], ids=lambda r: r
+)
+@pytest.mark.parametrize("cell", ["gru_reset_after", "gru_reset_before", "lstm", "simple_tanh"])
+def test_training_loop_reads(loop_settings, cell, reads, fused):
+    """The training loops' per-step reads: inside XLA, sliced in the step
+    behind an optimization barrier (the default) or read one iteration
+    ahead; without XLA always ahead (the barrier is an XLA op). Each gives
+    the oracle's BPTT gradients, masked, with unknown batch and time sizes."""
+    loop_settings(in_step_reads=reads != "read_ahead", xla=reads != "without_xla")
+    case = make_case(cell, "concat", seed=13, return_sequences=True)
+    layout = kb.recurrence.fused_directions() if fused else contextlib.nullcontext()
+    d_output = case.random_d_output()
+    with layout:
+        grads = case.tf_grads(d_output, MASK, graph=True, training=True)
+        train = tf.function(lambda x, mask: case.layer(x, mask=mask, training=True), input_signature=UNKNOWN_SIZES)
+        barrier = "XlaOptimizationBarrier" in _graph_ops(train, *UNKNOWN_SIZES)
+    case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
+    assert barrier == (reads == "in_step_barrier")
+
+
+@pytest.fixture
 def inline_step_limit():
     """Sets `recurrence._INLINE_STEP_LIMIT` for one test; loops built under
     another limit are dropped from the caches before and after."""
