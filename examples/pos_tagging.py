@@ -44,6 +44,7 @@ import contextlib
 import os
 import sys
 import time
+import weakref
 from collections import Counter
 from typing import Dict, List, Optional, Sequence
 
@@ -315,15 +316,21 @@ def build_tagger(
     return keras.Model([words, chars], probs, name=f"{variant}_tagger")
 
 
+# One traced predictor per model, dropped with the model; kept out of the
+# model's own attributes, so nothing the model tracks or saves changes.
+_PREDICTORS = weakref.WeakKeyDictionary()
+
+
 def predictor(model):
     """`model` in inference mode as one graph for any batch and sizes (the
     loops then run as graph while-loops, not op by op)."""
-    cached = getattr(model, "_example_predictor", None)
-    if cached is None:
+    if model not in _PREDICTORS:
         spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)]
-        cached = tf.function(lambda words, chars: model((words, chars), training=False), input_signature=spec)
-        model._example_predictor = cached
-    return cached
+        model_ref = weakref.ref(model)  # the entry must not keep its key alive
+        _PREDICTORS[model] = tf.function(
+            lambda words, chars: model_ref()((words, chars), training=False), input_signature=spec
+        )
+    return _PREDICTORS[model]
 
 
 def predict_tags(model, encoded: EncodedSet, batch_size: int = 128) -> List[np.ndarray]:

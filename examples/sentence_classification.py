@@ -36,6 +36,7 @@ import os
 import re
 import sys
 import time
+import weakref
 from collections import Counter
 from typing import List, Optional, Sequence
 
@@ -162,14 +163,18 @@ def build_classifier(variant: str, vocab_size: int, embed_dim: int = 128, hidden
     return keras.Model(words, prob, name=variant.replace("-", "_"))
 
 
+# One traced predictor per model, dropped with the model; kept out of the
+# model's own attributes, so nothing the model tracks or saves changes.
+_PREDICTORS = weakref.WeakKeyDictionary()
+
+
 def predictor(model):
     """`model` in inference mode as one graph for any batch and length."""
-    cached = getattr(model, "_example_predictor", None)
-    if cached is None:
-        cached = tf.function(lambda words: model(words, training=False),
-                             input_signature=[tf.TensorSpec([None, None], tf.int32)])
-        model._example_predictor = cached
-    return cached
+    if model not in _PREDICTORS:
+        model_ref = weakref.ref(model)  # the entry must not keep its key alive
+        _PREDICTORS[model] = tf.function(lambda words: model_ref()(words, training=False),
+                                         input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    return _PREDICTORS[model]
 
 
 def evaluate(model, data: Batches):
