@@ -27,6 +27,18 @@ def check_units(units: Any) -> int:
     return units
 
 
+def records_are_input_gradient(records):
+    """`input_gradient` of a cell whose per-step records are exactly its
+    gates' pre-activation gradients (LSTM, simple RNN): the records."""
+    return records
+
+
+def summed_kernel_gradient(h_in, records):
+    """`kernel_gradient` of such a cell, which has no recurrent bias:
+    `(h_in^T records, None)` over all steps stacked `[steps * batch, ...]`."""
+    return tf.matmul(h_in, records, transpose_a=True), None
+
+
 class RecurrentCell(keras.layers.Layer):
     """Base class of the cells: `gate_count` blocks of `units` columns.
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 from keras import activations, initializers
 
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.cells.base import RecurrentCell, records_are_input_gradient, summed_kernel_gradient
 from keras_birnn.cells.derivatives import derivative
 
 
@@ -67,15 +67,8 @@ class LSTMMath(NamedTuple):
             d_h_in = d_h_in * state_mask
         return record, [d_h_in, d_c * f]
 
-    @staticmethod
-    def input_gradient(records):
-        """The projected inputs' gradient from records `[N, 4U]` (the same)."""
-        return records
-
-    @staticmethod
-    def kernel_gradient(h_in, records):
-        """(d_recurrent_kernel, None) from all steps stacked `[steps * batch, ...]`."""
-        return tf.matmul(h_in, records, transpose_a=True), None
+    input_gradient = staticmethod(records_are_input_gradient)
+    kernel_gradient = staticmethod(summed_kernel_gradient)
 
 
 class _ForgetGateOnes(initializers.Initializer):

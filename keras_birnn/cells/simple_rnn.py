@@ -5,7 +5,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.cells.base import RecurrentCell, records_are_input_gradient, summed_kernel_gradient
 from keras_birnn.cells.derivatives import derivative
 
 
@@ -43,14 +43,8 @@ class SimpleRNNMath(NamedTuple):
             d_h = d_h * state_mask
         return d_pre, [d_h]
 
-    @staticmethod
-    def input_gradient(records):
-        return records
-
-    @staticmethod
-    def kernel_gradient(h_in, records):
-        """(d_recurrent_kernel, None) from all steps stacked `[steps * batch, ...]`."""
-        return tf.matmul(h_in, records, transpose_a=True), None
+    input_gradient = staticmethod(records_are_input_gradient)
+    kernel_gradient = staticmethod(summed_kernel_gradient)
 
 
 @keras_birnn_export("keras_birnn.SimpleRNNCell")
