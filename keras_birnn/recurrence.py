@@ -23,16 +23,13 @@ projecting the whole sequence up front: with the per-step reads below,
 hoisting the projection measured no faster under XLA, and without them
 it was twice as slow (benchmarks/README.md).
 
-Every per-step slice (inputs, kept memory, output gradients, mask) is
-materialised in a buffer of its own before the step's arithmetic reads it
-(`_time_loop`): XLA's CPU backend otherwise fuses the slice into the
-elementwise kernel that uses it, and such a kernel is left unvectorised.
-Training loops compiled by XLA slice in the step behind an XLA optimization
-barrier; the others read one iteration ahead into loop-carried tensors. One
-exception: a one-direction inference loop with a small step slices its
-inputs inside the step (they only feed a matmul), so that the step has few
-enough kernels for XLA to run them in order on one thread
-(`_INLINE_STEP_LIMIT`).
+Per-step slices (inputs, kept memory, output gradients, mask): training
+loops compiled by XLA slice them inside the step, where XLA fuses each slice
+into the kernels that use it; every other loop reads them one iteration
+ahead into loop-carried tensors (`_time_loop` says why each). One more
+case: a one-direction inference loop with a small step slices its inputs
+inside the step (they only feed a matmul), so that the step has few enough
+kernels for XLA to run them in order on one thread (`_INLINE_STEP_LIMIT`).
 
 Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
 seed 001 instead of autodiff through `tf.while_loop`. The forward loop keeps
@@ -54,11 +51,6 @@ import tensorflow as tf
 
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.cells.derivatives import column_sum
-
-try:  # TensorFlow exposes XLA's optimization barrier in this module only
-    from tensorflow.compiler.tf2xla.python.xla import optimization_barrier as _xla_barrier
-except ImportError:  # pragma: no cover - then every loop reads ahead
-    _xla_barrier = None
 
 input_projection = RecurrentCell.input_projection
 
@@ -443,26 +435,26 @@ def _array(like, steps):
 
 def _time_loop(steps, read, body, state, training=False):
     """`tf.while_loop` over `i` in `[0, steps)`; `body(i, current, state)`
-    gets `current = read(i)`, a list of per-step slices, each materialised
-    in a buffer of its own before the step's arithmetic reads it.
+    gets `current = read(i)`, a list of per-step slices.
 
-    Why: XLA's CPU backend fuses a per-step slice into the elementwise
-    kernel that consumes it, and such a kernel is not vectorised (its LLVM
-    IR has no vector types; 4-9 times slower, measured in
-    benchmarks/README.md). Two ways to materialise: read one iteration
-    ahead into loop-carried tensors (each then costs a second copy per
-    step), or, for the training loops inside XLA, slice in the step behind
-    an XLA optimization barrier, which no fusion crosses (textbook training
-    steps 3-9% faster, large ones unchanged; inference loops measured no
-    faster, and up to 1.24x slower at the large shape, so they read ahead).
+    Training loops compiled by XLA slice inside the step: XLA fuses each
+    slice into the kernels that read it, and textbook training steps
+    measured 3-9% faster than with the slices read ahead (the fused
+    kernels of the LSTM's backward step are vectorised, per their LLVM
+    IR). Every other loop reads one iteration ahead into loop-carried
+    tensors, which XLA materialises with a copy (plus a second copy per
+    iteration): inference loops slicing in the step measured no faster at
+    the textbook shape and 1.18-1.24x slower at the large one. (An earlier
+    version of these loops found slice-fused kernels unvectorised and 4-9
+    times slower, which is why the read-ahead exists; benchmarks/README.md.)
     """
     if training and _in_step_reads_available():
 
-        def barrier_body(i, state):
-            return i + 1, body(i, _materialised(read(i)), state)
+        def in_step_body(i, state):
+            return i + 1, body(i, read(i), state)
 
         _, state = tf.while_loop(
-            lambda i, *_: i < steps, barrier_body, (tf.constant(0), state), maximum_iterations=steps
+            lambda i, *_: i < steps, in_step_body, (tf.constant(0), state), maximum_iterations=steps
         )
         return state
 
@@ -477,25 +469,9 @@ def _time_loop(steps, read, body, state, training=False):
 
 
 def _in_step_reads_available() -> bool:
-    """Whether a loop traced now is compiled by XLA (the barrier is an XLA
-    op, with no kernel outside it) and the barrier is there to use."""
-    return (
-        _InStepReads.enabled
-        and _xla_barrier is not None
-        and tf.__internal__.get_enclosing_xla_context() is not None
-    )
-
-
-def _materialised(slices: list) -> list:
-    """The slices behind an XLA optimization barrier: each becomes a buffer
-    of its own, which the step's kernels read instead of fusing the slice."""
-    if not slices:
-        return slices
-    out = _xla_barrier(*slices)
-    out = list(out) if isinstance(out, (list, tuple)) else [out]
-    for barred, original in zip(out, slices):
-        barred.set_shape(original.shape)
-    return out
+    """Whether a loop traced now is compiled by XLA, where in-step reads
+    were measured (plain TensorFlow loops keep reading ahead, as before)."""
+    return _InStepReads.enabled and tf.__internal__.get_enclosing_xla_context() is not None
 
 
 def _forward_loop(directions, mask, return_sequences, keep_for_bptt, inputs_ahead=True):

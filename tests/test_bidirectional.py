@@ -288,33 +288,37 @@ def loop_settings():
     switch(*saved)
 
 
-def _graph_ops(fn, *args) -> set:
-    """Op types in a traced function and every function its graph calls."""
+def _loop_variables(fn, *args) -> list:
+    """Per while loop in a traced function (and the functions it calls),
+    how many values it carries."""
     graph_def = fn.get_concrete_function(*args).graph.as_graph_def()
     nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    return {n.op for n in nodes}
+    loops = [n for n in nodes if n.op in ("While", "StatelessWhile")]
+    return sorted(sum(not name.startswith("^") for name in loop.input) for loop in loops)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
-@pytest.mark.parametrize(
-    "reads", ["in_step_barrier", "read_ahead", "without_xla"], ids=lambda r: r
-)
 @pytest.mark.parametrize("cell", ["gru_reset_after", "gru_reset_before", "lstm", "simple_tanh"])
-def test_training_loop_reads(loop_settings, cell, reads, fused):
-    """The training loops' per-step reads: inside XLA, sliced in the step
-    behind an optimization barrier (the default) or read one iteration
-    ahead; without XLA always ahead (the barrier is an XLA op). Each gives
-    the oracle's BPTT gradients, masked, with unknown batch and time sizes."""
-    loop_settings(in_step_reads=reads != "read_ahead", xla=reads != "without_xla")
+def test_training_loop_reads(loop_settings, cell, fused):
+    """The training loops' per-step reads: inside XLA sliced in the step
+    (the default), or read one iteration ahead as loop-carried values (as
+    without XLA, the third setting). Each gives the oracle's BPTT gradients,
+    masked, with unknown batch and time sizes, and the in-step loops carry
+    fewer values than the read-ahead ones."""
     case = make_case(cell, "concat", seed=13, return_sequences=True)
-    layout = kb.recurrence.fused_directions() if fused else contextlib.nullcontext()
+    layout = kb.recurrence.fused_directions if fused else contextlib.nullcontext
     d_output = case.random_d_output()
-    with layout:
-        grads = case.tf_grads(d_output, MASK, graph=True, training=True)
-        train = tf.function(lambda x, mask: case.layer(x, mask=mask, training=True), input_signature=UNKNOWN_SIZES)
-        barrier = "XlaOptimizationBarrier" in _graph_ops(train, *UNKNOWN_SIZES)
-    case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
-    assert barrier == (reads == "in_step_barrier")
+    carried = {}
+    for name, settings in {"in_step": {}, "ahead": {"in_step_reads": False}, "no_xla": {"xla": False}}.items():
+        loop_settings(**settings)
+        with layout():
+            grads = case.tf_grads(d_output, MASK, graph=True, training=True)
+            train = tf.function(lambda x, mask: case.layer(x, mask=mask, training=True), input_signature=UNKNOWN_SIZES)
+            carried[name] = _loop_variables(train, *UNKNOWN_SIZES)
+        case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
+    assert len(carried["in_step"]) == len(carried["ahead"]) == (1 if fused else 2)
+    assert all(a < b for a, b in zip(carried["in_step"], carried["ahead"])), carried
+    assert carried["no_xla"] == carried["ahead"], carried
 
 
 @pytest.fixture
