@@ -49,8 +49,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
-from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.cells.derivatives import column_sum
+from keras_birnn.cells.base import RecurrentCell, column_sum
 
 input_projection = RecurrentCell.input_projection
 

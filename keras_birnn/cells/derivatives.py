@@ -33,11 +33,3 @@ def derivative(activation, pre_activation, output):
         tape.watch(pre_activation)
         recomputed = activation(pre_activation)
     return tape.gradient(recomputed, pre_activation)
-
-
-def column_sum(x):
-    """`reduce_sum(x, axis=0)` of a `[steps * batch, width]` matrix as a
-    matmul with a row of ones: the same sum, about four times faster on CPU
-    (1.1 against 4.7 ms for 6400 x 1024 floats)."""
-    ones = tf.ones([1, tf.shape(x)[0]], x.dtype)
-    return tf.matmul(ones, x)[0]

@@ -6,8 +6,8 @@ import tensorflow as tf
 from keras import activations
 
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.cells.derivatives import column_sum, derivative
+from keras_birnn.cells.base import RecurrentCell, column_sum
+from keras_birnn.cells.derivatives import derivative
 
 
 class GRUMath(NamedTuple):
