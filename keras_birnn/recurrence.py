@@ -23,13 +23,10 @@ projecting the whole sequence up front: with the per-step reads below,
 hoisting the projection measured no faster under XLA, and without them
 it was twice as slow (benchmarks/README.md).
 
-Per-step slices (inputs, kept memory, output gradients, mask): training
-loops compiled by XLA slice them inside the step, where XLA fuses each slice
-into the kernels that use it; every other loop reads them one iteration
-ahead into loop-carried tensors (`_time_loop` says why each). One more
-case: a one-direction inference loop with a small step slices its inputs
-inside the step (they only feed a matmul), so that the step has few enough
-kernels for XLA to run them in order on one thread (`_INLINE_STEP_LIMIT`).
+Per-step slices (inputs, kept memory, output gradients, mask) are read
+either inside the step, where XLA fuses each into the kernels that use it,
+or one iteration ahead into loop-carried tensors (`_time_loop` says which
+loops do which, and why).
 
 Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
 seed 001 instead of autodiff through `tf.while_loop`. The forward loop keeps
@@ -141,10 +138,6 @@ class _XLA:
 
 
 class _Concurrent:
-    enabled = True
-
-
-class _InStepReads:
     enabled = True
 
 
@@ -288,11 +281,11 @@ def _loop_functions(static, xla: bool, split: bool):
         return _split_loop_functions(static, xla)
     specs, has_mask, return_sequences, keep = static
 
-    def forward_fn(keep_for_bptt, inputs_ahead=True):
+    def forward_fn(keep_for_bptt, read_in_step=False):
         def forward(flat, mask):
             directions = _unflatten(list(flat), specs)
             sequences, final_states, memory = _forward_loop(
-                directions, mask if has_mask else None, return_sequences, keep_for_bptt, inputs_ahead
+                directions, mask if has_mask else None, return_sequences, keep_for_bptt, read_in_step
             )
             flat_out = _flatten_outputs(sequences, final_states, return_sequences)
             return flat_out, [t for kept in memory for t in kept]
@@ -325,7 +318,7 @@ def _loop_functions(static, xla: bool, split: bool):
     forward = compiled(forward_fn(False))
     max_inline_batch = _max_inline_batch(specs) if xla else 0
     if max_inline_batch:
-        small = compiled(forward_fn(False, inputs_ahead=False))
+        small = compiled(forward_fn(False, read_in_step=True))
         forward = _by_batch_size(max_inline_batch, small=small, large=forward)
     return forward, keeping, backward
 
@@ -432,54 +425,57 @@ def _array(like, steps):
     return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
 
-def _time_loop(steps, read, body, state, training=False):
+def _time_loop(steps, read, body, state, in_step: bool):
     """`tf.while_loop` over `i` in `[0, steps)`; `body(i, current, state)`
-    gets `current = read(i)`, a list of per-step slices.
+    gets `current = read(i)`, a list of per-step slices, sliced inside the
+    step (`in_step`) or read one iteration ahead into loop-carried tensors.
 
-    Training loops compiled by XLA slice inside the step: XLA fuses each
-    slice into the kernels that read it, and textbook training steps
-    measured 3-9% faster than with the slices read ahead (the fused
-    kernels of the LSTM's backward step are vectorised, per their LLVM
-    IR). Every other loop reads one iteration ahead into loop-carried
-    tensors, which XLA materialises with a copy (plus a second copy per
-    iteration): inference loops slicing in the step measured no faster at
-    the textbook shape and 1.18-1.24x slower at the large one. (An earlier
-    version of these loops found slice-fused kernels unvectorised and 4-9
-    times slower, which is why the read-ahead exists; benchmarks/README.md.)
+    In the step, XLA fuses each slice into the kernels that read it, and
+    the loop carries nothing extra; read ahead, XLA materialises each slice
+    with a copy and copies it again as a loop-carried value. Which loops do
+    which was measured (benchmarks/README.md): training loops compiled by
+    XLA slice in the step (textbook training steps 3-10% faster; the LSTM
+    backward step's slice-fused kernels are vectorised, per their LLVM IR),
+    and so do one-direction inference loops with small steps, which then
+    have few enough kernels for XLA to run them in order on one thread
+    (`_INLINE_STEP_LIMIT`). Other inference loops read ahead: in the step
+    they measured no faster at the textbook shape and 1.18-1.24x slower at
+    the large one. (An earlier version of these loops found slice-fused
+    kernels unvectorised and 4-9 times slower, which is why reading ahead
+    exists.) Loops not compiled by XLA read ahead, as before.
     """
-    if training and _in_step_reads_available():
+
+    def cond(i, *_):
+        return i < steps
+
+    if in_step:
 
         def in_step_body(i, state):
             return i + 1, body(i, read(i), state)
 
-        _, state = tf.while_loop(
-            lambda i, *_: i < steps, in_step_body, (tf.constant(0), state), maximum_iterations=steps
-        )
+        _, state = tf.while_loop(cond, in_step_body, (tf.constant(0), state), maximum_iterations=steps)
         return state
 
     def loop_body(i, current, state):
         state = body(i, current, state)
         return i + 1, read(tf.minimum(i + 1, steps - 1)), state
 
-    _, _, state = tf.while_loop(
-        lambda i, *_: i < steps, loop_body, (tf.constant(0), read(0), state), maximum_iterations=steps
-    )
+    _, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), read(0), state), maximum_iterations=steps)
     return state
 
 
-def _in_step_reads_available() -> bool:
-    """Whether a loop traced now is compiled by XLA, where in-step reads
-    were measured (plain TensorFlow loops keep reading ahead, as before)."""
-    return _InStepReads.enabled and tf.__internal__.get_enclosing_xla_context() is not None
+def _in_xla() -> bool:
+    """Whether a loop traced now is compiled by XLA (in-step reads were
+    measured there only)."""
+    return tf.__internal__.get_enclosing_xla_context() is not None
 
 
-def _forward_loop(directions, mask, return_sequences, keep_for_bptt, inputs_ahead=True):
+def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False):
     """The loop itself. With `keep_for_bptt`, also returns per direction the
     time-major stacks of what the step maths saved and of the incoming states
     (what the backward step needs; the projected inputs are not kept).
-    Without `inputs_ahead` each step slices its inputs itself: they feed a
-    matmul, which XLA never fuses with the slice, and the step has two
-    kernels fewer (see `_INLINE_STEP_LIMIT`)."""
+    Slices are read in the step with `read_in_step` (the small-step
+    inference loop) and, inside XLA, when keeping for BPTT (`_time_loop`)."""
     inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
@@ -488,14 +484,14 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, inputs_ahea
         current = []
         for k, d in enumerate(directions):
             t = _time_index(d, i, steps)
-            if inputs_ahead:
-                current.append(inputs_tm[k][t])
+            current.append(inputs_tm[k][t])
             if mask_tm is not None:
                 current.append(mask_tm[t])
         return current
 
     def step(d, x_t, valid, states):
-        stepped, saved = d.math.forward(input_projection(x_t, d.kernel, d.input_bias), states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
+        projected = input_projection(x_t, d.kernel, d.input_bias)
+        stepped, saved = d.math.forward(projected, states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
         emitted = stepped[0]
         if valid is not None:
             stepped = [tf.where(valid, s, old) for s, old in zip(stepped, states)]
@@ -508,8 +504,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, inputs_ahea
         new_states, new_outputs, new_kept = [], [], []
         for k, d in enumerate(directions):
             t = _time_index(d, i, steps)
-            x_t = next(current) if inputs_ahead else inputs_tm[k][t]
-            valid = None if mask_tm is None else next(current)
+            x_t, valid = next(current), None if mask_tm is None else next(current)
             stepped, emitted, memory = step(d, x_t, valid, states[k])
             new_states.append(stepped)
             if outputs:
@@ -521,7 +516,8 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, inputs_ahea
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
-    final_states, outputs, kept = _time_loop(steps, read, body, initial, training=keep_for_bptt)
+    in_step = read_in_step or (keep_for_bptt and _in_xla())
+    final_states, outputs, kept = _time_loop(steps, read, body, initial, in_step)
     sequences = [tf.transpose(o.stack(), [1, 0, 2]) for o in outputs] if outputs else [None] * len(directions)
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
@@ -668,7 +664,5 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         )
         for d in directions
     ]
-    d_states, records = _time_loop(
-        steps, read, body, ([final for _, final in output_grads], records), training=True
-    )
+    d_states, records = _time_loop(steps, read, body, ([final for _, final in output_grads], records), _in_xla())
     return [a.stack() for a in records], d_states

@@ -246,10 +246,23 @@ def test_jit_compile_gradients(training):
     assert_all_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
+def _graph_def(fn, *args):
+    return fn.get_concrete_function(*args).graph.as_graph_def()
+
+
 def _compiled_functions(fn, *args):
     """Names of the XLA-compiled functions a traced graph calls."""
-    library = fn.get_concrete_function(*args).graph.as_graph_def().library
+    library = _graph_def(fn, *args).library
     return sorted(f.signature.name for f in library.function if f.attr["_XlaMustCompile"].b)
+
+
+def _loop_variables(fn, *args) -> list:
+    """Per while loop in a traced function (and the functions it calls),
+    how many values it carries."""
+    graph_def = _graph_def(fn, *args)
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    loops = [n for n in nodes if n.op in ("While", "StatelessWhile")]
+    return sorted(sum(not name.startswith("^") for name in loop.input) for loop in loops)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
@@ -274,75 +287,51 @@ def test_graph_loop_layouts(fused):
 
 @pytest.fixture
 def loop_settings():
-    """Switches a loop-building setting of `recurrence` for one test; loops
-    built under other settings are dropped from the caches before and after."""
+    """`switch(xla=..., inline_step_limit=...)` sets how `recurrence` builds
+    loops for one test; loops built under other settings are dropped from
+    the caches before and after."""
     rec = kb.recurrence
-    saved = (rec._InStepReads.enabled, rec._XLA.enabled)
+    saved = {"xla": rec._XLA.enabled, "inline_step_limit": rec._INLINE_STEP_LIMIT}
 
-    def switch(in_step_reads=True, xla=True):
-        rec._InStepReads.enabled, rec._XLA.enabled = in_step_reads, xla
+    def switch(xla=saved["xla"], inline_step_limit=saved["inline_step_limit"]):
+        rec._XLA.enabled, rec._INLINE_STEP_LIMIT = xla, inline_step_limit
         rec._loop_functions.cache_clear()
         rec._compiled_runner.cache_clear()
 
     yield switch
-    switch(*saved)
-
-
-def _loop_variables(fn, *args) -> list:
-    """Per while loop in a traced function (and the functions it calls),
-    how many values it carries."""
-    graph_def = fn.get_concrete_function(*args).graph.as_graph_def()
-    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    loops = [n for n in nodes if n.op in ("While", "StatelessWhile")]
-    return sorted(sum(not name.startswith("^") for name in loop.input) for loop in loops)
+    switch(**saved)
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
 @pytest.mark.parametrize("cell", ["gru_reset_after", "gru_reset_before", "lstm", "simple_tanh"])
 def test_training_loop_reads(loop_settings, cell, fused):
-    """The training loops' per-step reads: inside XLA sliced in the step
-    (the default), or read one iteration ahead as loop-carried values (as
-    without XLA, the third setting). Each gives the oracle's BPTT gradients,
-    masked, with unknown batch and time sizes, and the in-step loops carry
-    fewer values than the read-ahead ones."""
+    """The training loops' per-step reads: sliced in the step inside XLA,
+    read one iteration ahead as loop-carried values without it. Both give
+    the oracle's BPTT gradients, masked, with unknown batch and time sizes,
+    and the in-step loops carry fewer values."""
     case = make_case(cell, "concat", seed=13, return_sequences=True)
     layout = kb.recurrence.fused_directions if fused else contextlib.nullcontext
     d_output = case.random_d_output()
     carried = {}
-    for name, settings in {"in_step": {}, "ahead": {"in_step_reads": False}, "no_xla": {"xla": False}}.items():
-        loop_settings(**settings)
+    for xla in (True, False):
+        loop_settings(xla=xla)
         with layout():
             grads = case.tf_grads(d_output, MASK, graph=True, training=True)
             train = tf.function(lambda x, mask: case.layer(x, mask=mask, training=True), input_signature=UNKNOWN_SIZES)
-            carried[name] = _loop_variables(train, *UNKNOWN_SIZES)
+            carried[xla] = _loop_variables(train, *UNKNOWN_SIZES)
         case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
-    assert len(carried["in_step"]) == len(carried["ahead"]) == (1 if fused else 2)
-    assert all(a < b for a, b in zip(carried["in_step"], carried["ahead"])), carried
-    assert carried["no_xla"] == carried["ahead"], carried
+    assert len(carried[True]) == len(carried[False]) == (1 if fused else 2)
+    assert all(a < b for a, b in zip(carried[True], carried[False])), carried
 
 
-@pytest.fixture
-def inline_step_limit():
-    """Sets `recurrence._INLINE_STEP_LIMIT` for one test; loops built under
-    another limit are dropped from the caches before and after."""
-    saved = kb.recurrence._INLINE_STEP_LIMIT
-
-    def set_limit(value):
-        kb.recurrence._INLINE_STEP_LIMIT = value
-        kb.recurrence._loop_functions.cache_clear()
-        kb.recurrence._compiled_runner.cache_clear()
-
-    yield set_limit
-    set_limit(saved)
-
-
-@pytest.mark.parametrize("limit", [0, 10**12], ids=["inputs_read_ahead", "inputs_read_in_step"])
+@pytest.mark.parametrize("limit", [0, 10**12], ids=["reads_ahead", "reads_in_step"])
 @pytest.mark.parametrize("cell", ["gru_reset_after", "lstm", "simple_tanh"])
-def test_inference_loop_variants(inline_step_limit, limit, cell):
-    """Both inference loops of a direction (inputs read one step ahead, or
-    sliced inside the step for small steps) give the oracle's outputs, with
-    a mask and unknown batch and time sizes (the tf.cond path)."""
-    inline_step_limit(limit)
+def test_inference_loop_variants(loop_settings, limit, cell):
+    """Both inference loops of a direction (inputs and mask read one step
+    ahead, or sliced inside the step for small steps) give the oracle's
+    outputs, with a mask and unknown batch and time sizes (the tf.cond
+    path), and without one."""
+    loop_settings(inline_step_limit=limit)
     case = make_case(cell, "concat", seed=11, return_sequences=True, return_state=True)
     spec = UNKNOWN_SIZES
     infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=spec)
@@ -354,14 +343,14 @@ def test_inference_loop_variants(inline_step_limit, limit, cell):
 
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "inside_xla"])
-def test_unidirectional_inference_loops(inline_step_limit, jit_compile, reverse):
+def test_unidirectional_inference_loops(loop_settings, jit_compile, reverse):
     """`kb.Recurrent` (one direction, so an inline-read candidate) with an
     unknown batch and time size, in a graph and inside an XLA-compiled
     function (where the tf.cond is compiled too), under both inference
     loops: the oracle's outputs."""
     x = np.random.default_rng(12).normal(size=(5, 7, 3)).astype(np.float32)
     for limit in (0, 10**12):
-        inline_step_limit(limit)
+        loop_settings(inline_step_limit=limit)
         layer = kb.Recurrent(kb.GRUCell(U), return_sequences=True, reverse=reverse)
         layer.build((None, None, 3))
         params = {k: getattr(layer.cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
