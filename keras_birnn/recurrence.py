@@ -425,17 +425,19 @@ def _array(like, steps):
     return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
 
-def _time_loop(steps, read, body, state, in_step: bool):
+def _time_loop(steps, read, body, state, in_step):
     """`tf.while_loop` over `i` in `[0, steps)`; `body(i, current, state)`
-    gets `current = read(i)`, a list of per-step slices, sliced inside the
-    step (`in_step`) or read one iteration ahead into loop-carried tensors.
+    gets `current = read(i)`, a list of per-step slices, each sliced inside
+    the step or read one iteration ahead into a loop-carried tensor:
+    `in_step` is one bool for every slice or a list with one per slice.
 
-    In the step, XLA fuses each slice into the kernels that read it, and
+    In the step, XLA fuses each slice into the kernels that use it, and
     the loop carries nothing extra; read ahead, XLA materialises each slice
     with a copy and copies it again as a loop-carried value. Which loops do
     which was measured (benchmarks/README.md): training loops compiled by
     XLA slice in the step (textbook training steps 3-10% faster; the LSTM
     backward step's slice-fused kernels are vectorised, per their LLVM IR),
+    except for memory a cell asks to have materialised (`_materialize_saved`),
     and so do one-direction inference loops with small steps, which then
     have few enough kernels for XLA to run them in order on one thread
     (`_INLINE_STEP_LIMIT`). Other inference loops read ahead: in the step
@@ -444,23 +446,27 @@ def _time_loop(steps, read, body, state, in_step: bool):
     kernels unvectorised and 4-9 times slower, which is why reading ahead
     exists.) Loops not compiled by XLA read ahead, as before.
     """
+    first = read(0)
+    flags = list(in_step) if isinstance(in_step, (list, tuple)) else [in_step] * len(first)
+
+    def ahead(slices):
+        return [s for s, now in zip(slices, flags) if not now]
+
+    def current(i, carried):
+        if not any(flags):
+            return carried
+        carried = iter(carried)
+        return [s if now else next(carried) for s, now in zip(read(i), flags)]
 
     def cond(i, *_):
         return i < steps
 
-    if in_step:
+    def loop_body(i, carried, state):
+        state = body(i, current(i, carried), state)
+        carried = ahead(read(tf.minimum(i + 1, steps - 1))) if not all(flags) else []
+        return i + 1, carried, state
 
-        def in_step_body(i, state):
-            return i + 1, body(i, read(i), state)
-
-        _, state = tf.while_loop(cond, in_step_body, (tf.constant(0), state), maximum_iterations=steps)
-        return state
-
-    def loop_body(i, current, state):
-        state = body(i, current, state)
-        return i + 1, read(tf.minimum(i + 1, steps - 1)), state
-
-    _, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), read(0), state), maximum_iterations=steps)
+    _, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), ahead(first), state), maximum_iterations=steps)
     return state
 
 
@@ -605,6 +611,24 @@ def _recurrent_gradients(d: Direction, incoming_h, flat_record) -> list:
     return grads
 
 
+def _materialize_saved(d: Direction) -> bool:
+    """Whether the cell asks for its saved memory to be materialised once per
+    backward step (read one iteration ahead) rather than fused into the
+    step's kernels: see `RecurrentCell.step_math`."""
+    return bool(getattr(d.math, "materialize_saved", False))
+
+
+def _backward_reads_in_step(directions, memory, d_seq_tm, mask_tm) -> list:
+    """One flag per slice `_backward_loop`'s `read` returns, in its order:
+    in the step inside XLA (`_time_loop`), except saved memory that the
+    cell wants materialised."""
+    in_xla, flags = _in_xla(), []
+    for d, kept, d_seq in zip(directions, memory, d_seq_tm):
+        flags.append(in_xla and not _materialize_saved(d))
+        flags.extend([in_xla] * (len(kept) - 1 + (d_seq is not None) + (mask_tm is not None)))
+    return flags
+
+
 def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     """Each direction walks back over its own time order; returns per
     direction the time-major stack of the cell's per-step records (from
@@ -664,5 +688,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         )
         for d in directions
     ]
-    d_states, records = _time_loop(steps, read, body, ([final for _, final in output_grads], records), _in_xla())
+    d_states, records = _time_loop(
+        steps, read, body, ([final for _, final in output_grads], records), _backward_reads_in_step(directions, memory, d_seq_tm, mask_tm)
+    )
     return [a.stack() for a in records], d_states

@@ -202,6 +202,10 @@ class RecurrentCell(keras.layers.Layer):
           records of all steps stacked `[N, record_width]`.
         - `kernel_gradient(h_in, records) -> (d_recurrent_kernel,
           d_recurrent_bias or None)`, summed over the same N rows.
+        - Optionally `materialize_saved` (default False): True asks the
+          training loop compiled by XLA to materialise each step's `saved`
+          before `backward` reads it, instead of fusing its slice into
+          `backward`'s kernels (see `LSTMMath`).
         """
         raise NotImplementedError
 

@@ -7,22 +7,41 @@ from keras import activations, initializers
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell, records_are_input_gradient, summed_kernel_gradient
-from keras_birnn.cells.derivatives import derivative
+from keras_birnn.cells.derivatives import activation_name, derivative
 
 
 class LSTMMath(NamedTuple):
     """Pure LSTM step maths, forward and backward (for BPTT).
 
-    States are (h, c); `saved` is the gates' pre-activation `[B, 4U]`
-    (projected input plus recurrent matmul), so the backward step needs
-    neither the input projection nor a second matmul to rebuild it.
+    States are (h, c). With Keras's default activations (tanh, sigmoid) all
+    four gates are one `tanh` over `[B, 4U]`, using sigmoid(x) = (1 +
+    tanh(x / 2)) / 2, and `saved` is that activation, so the backward step
+    rebuilds the gates without a transcendental; with any other activation
+    `saved` is the gates' pre-activation (projected input plus recurrent
+    matmul). Either way the backward step needs no matmul to rebuild them.
     """
 
     activation: object
     recurrent_activation: object
 
-    def _gates(self, pre):
-        pre = tf.split(pre, 4, axis=-1)
+    @property
+    def _one_tanh(self) -> bool:
+        return activation_name(self.activation) == "tanh" and activation_name(self.recurrent_activation) == "sigmoid"
+
+    @property
+    def materialize_saved(self) -> bool:
+        # The one-tanh backward reads the saved activation's four column
+        # blocks directly in several kernels; with that slice fused into
+        # them XLA's kernels were not vectorised (2-6x slower), so the loop
+        # reads it ahead, materialised (benchmarks/README.md).
+        return self._one_tanh
+
+    def _gates(self, saved):
+        """(pre-activations or None, (i, f, g, o)) from what `forward` saved."""
+        if self._one_tanh:
+            t_i, t_f, g, t_o = tf.split(saved, 4, axis=-1)
+            return None, (0.5 + 0.5 * t_i, 0.5 + 0.5 * t_f, g, 0.5 + 0.5 * t_o)
+        pre = tf.split(saved, 4, axis=-1)
         i, f, o = (self.recurrent_activation(pre[k]) for k in (0, 1, 3))
         return pre, (i, f, self.activation(pre[2]), o)
 
@@ -39,16 +58,19 @@ class LSTMMath(NamedTuple):
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h, c = states
         h_in = h if state_mask is None else h * state_mask
-        pre = projected + tf.matmul(h_in, recurrent_kernel)
-        _, (i, f, g, o) = self._gates(pre)
+        saved = projected + tf.matmul(h_in, recurrent_kernel)
+        if self._one_tanh:
+            saved = tf.tanh(saved * _half_for_sigmoid_gates(h.shape[-1], saved.dtype))
+        _, (i, f, g, o) = self._gates(saved)
         c_new = f * c + i * g
-        return [o * self.activation(c_new), c_new], pre
+        return [o * self.activation(c_new), c_new], saved
 
     def backward(self, states, saved, transposed_kernel, state_mask, d_new):
         """One step back: returns (record, d_states); the record is the
         gates' pre-activation gradient `[B, 4U]`."""
         _, c = states
         pre, (i, f, g, o) = self._gates(saved)
+        pre = pre or [None] * 4  # known activations differentiate from their outputs
         c_new = f * c + i * g
         tanh_c = self.activation(c_new)
         d_h, d_c = d_new
@@ -69,6 +91,12 @@ class LSTMMath(NamedTuple):
 
     input_gradient = staticmethod(records_are_input_gradient)
     kernel_gradient = staticmethod(summed_kernel_gradient)
+
+
+def _half_for_sigmoid_gates(units: int, dtype):
+    """Column scales `[4U]`: 1/2 for the sigmoid gates i, f, o, 1 for c."""
+    half = tf.fill([units], tf.constant(0.5, dtype))
+    return tf.concat([half, half, tf.ones([units], dtype), half], 0)
 
 
 class _ForgetGateOnes(initializers.Initializer):
