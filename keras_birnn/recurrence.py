@@ -31,8 +31,8 @@ loops do which, and why).
 Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
 seed 001 instead of autodiff through `tf.while_loop`. The forward loop keeps
 each step's incoming states and what the cell's step maths save (the
-gates' pre-activations, so the backward step needs no matmul to rebuild
-them); one reverse loop then walks every direction back over time (the
+gates' pre-activations, or an LSTM's activations, so the backward step
+needs no matmul to rebuild them); one reverse loop then walks every direction back over time (the
 forward direction from the last step to the first, the backward one from
 the first to the last) and records each step's gate gradients. Every
 gradient that is a sum over time (input and recurrent kernels, biases) and

@@ -324,6 +324,39 @@ def test_training_loop_reads(loop_settings, cell, fused):
     assert all(a < b for a, b in zip(carried[True], carried[False])), carried
 
 
+def _gradient_loop_variables(cell) -> list:
+    layer = kb.Bidirectional(cell, return_sequences=True)
+    layer.build((None, None, 3))
+
+    @tf.function(input_signature=UNKNOWN_SIZES)
+    def gradients(x, mask):
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(layer(x, mask=mask, training=True))
+        return tape.gradient(total, layer.trainable_variables)
+
+    return _loop_variables(gradients, *UNKNOWN_SIZES)
+
+
+def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
+    """Inside XLA the LSTM with Keras's default activations keeps its gates'
+    one-tanh activation and asks for that slice to be read one step ahead in
+    the BPTT loop (`materialize_saved`); with other activations it keeps the
+    pre-activations, sliced in the step. So each direction's BPTT loop
+    carries one value more, the forward loops as many; without XLA every
+    slice is read ahead either way. (Both paths' gradients against the
+    oracle: test_training_loop_reads, test_gradients_other_activations.)"""
+    one_tanh, other = kb.LSTMCell(U), kb.LSTMCell(U, recurrent_activation="hard_sigmoid")
+    assert one_tanh.step_math().materialize_saved and not other.step_math().materialize_saved
+    loop_settings(xla=True)
+    carried, carried_other = _gradient_loop_variables(one_tanh), _gradient_loop_variables(other)
+    assert len(carried) == len(carried_other) == 4, (carried, carried_other)  # two forward, two BPTT
+    assert sorted(a - b for a, b in zip(carried, carried_other)) == [0, 0, 1, 1], (carried, carried_other)
+    loop_settings(xla=False)
+    assert _gradient_loop_variables(kb.LSTMCell(U)) == _gradient_loop_variables(
+        kb.LSTMCell(U, recurrent_activation="hard_sigmoid")
+    )
+
+
 @pytest.mark.parametrize("limit", [0, 10**12], ids=["reads_ahead", "reads_in_step"])
 @pytest.mark.parametrize("cell", ["gru_reset_after", "lstm", "simple_tanh"])
 def test_inference_loop_variants(loop_settings, limit, cell):
