@@ -32,9 +32,10 @@ Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
 seed 001 instead of autodiff through `tf.while_loop`. The forward loop keeps
 each step's incoming states and what the cell's step maths save (the
 gates' pre-activations, or an LSTM's activations, so the backward step
-needs no matmul to rebuild them); one reverse loop then walks every direction back over time (the
-forward direction from the last step to the first, the backward one from
-the first to the last) and records each step's gate gradients. Every
+needs no matmul to rebuild them); one reverse loop then walks every
+direction back over time (the forward direction from the last step to the
+first, the backward one from the first to the last) and records each
+step's gate gradients. Every
 gradient that is a sum over time (input and recurrent kernels, biases) and
 the inputs' gradient are then single large matmuls over all steps at once,
 outside the compiled loop.
@@ -42,7 +43,7 @@ outside the compiled loop.
 
 import contextlib
 import functools
-from typing import Any, List, NamedTuple, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -425,7 +426,7 @@ def _array(like, steps):
     return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
 
-def _time_loop(steps, read, body, state, in_step):
+def _time_loop(steps, read, body, state, in_step: Union[bool, Sequence[bool]]):
     """`tf.while_loop` over `i` in `[0, steps)`; `body(i, current, state)`
     gets `current = read(i)`, a list of per-step slices, each sliced inside
     the step or read one iteration ahead into a loop-carried tensor:
@@ -435,16 +436,17 @@ def _time_loop(steps, read, body, state, in_step):
     the loop carries nothing extra; read ahead, XLA materialises each slice
     with a copy and copies it again as a loop-carried value. Which loops do
     which was measured (benchmarks/README.md): training loops compiled by
-    XLA slice in the step (textbook training steps 3-10% faster; the LSTM
-    backward step's slice-fused kernels are vectorised, per their LLVM IR),
-    except for memory a cell asks to have materialised (`_materialize_saved`),
-    and so do one-direction inference loops with small steps, which then
-    have few enough kernels for XLA to run them in order on one thread
-    (`_INLINE_STEP_LIMIT`). Other inference loops read ahead: in the step
-    they measured no faster at the textbook shape and 1.18-1.24x slower at
-    the large one. (An earlier version of these loops found slice-fused
-    kernels unvectorised and 4-9 times slower, which is why reading ahead
-    exists.) Loops not compiled by XLA read ahead, as before.
+    XLA slice in the step (textbook training steps 3-10% faster; the fused
+    kernels checked were vectorised, per their LLVM IR), except kept memory
+    a cell asks to have materialised (`_materialize_saved`: the one-tanh
+    LSTM's kept gates, whose fused kernels were not). So do one-direction
+    inference loops with small steps, which then have few enough kernels
+    for XLA to run them in order on one thread (`_INLINE_STEP_LIMIT`).
+    Other inference loops read ahead: in the step they measured no faster
+    at the textbook shape and 1.18-1.24x slower at the large one. (An
+    earlier version of these loops found slice-fused kernels unvectorised
+    and 4-9 times slower, which is why reading ahead exists.) Loops not
+    compiled by XLA read ahead, as before.
     """
     first = read(0)
     flags = list(in_step) if isinstance(in_step, (list, tuple)) else [in_step] * len(first)
@@ -688,7 +690,6 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         )
         for d in directions
     ]
-    d_states, records = _time_loop(
-        steps, read, body, ([final for _, final in output_grads], records), _backward_reads_in_step(directions, memory, d_seq_tm, mask_tm)
-    )
+    in_step = _backward_reads_in_step(directions, memory, d_seq_tm, mask_tm)
+    d_states, records = _time_loop(steps, read, body, ([final for _, final in output_grads], records), in_step)
     return [a.stack() for a in records], d_states
