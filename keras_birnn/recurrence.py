@@ -43,7 +43,7 @@ outside the compiled loop.
 
 import contextlib
 import functools
-from typing import Any, List, NamedTuple, Optional, Sequence, Union
+from typing import Any, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
@@ -426,11 +426,12 @@ def _array(like, steps):
     return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
 
-def _time_loop(steps, read, body, state, in_step: Union[bool, Sequence[bool]]):
+def _time_loop(steps, read, body, state):
     """`tf.while_loop` over `i` in `[0, steps)`; `body(i, current, state)`
-    gets `current = read(i)`, a list of per-step slices, each sliced inside
-    the step or read one iteration ahead into a loop-carried tensor:
-    `in_step` is one bool for every slice or a list with one per slice.
+    gets `current`, the step's slices. `read(i)` returns them as
+    `(slice, in_step)` pairs: each is sliced inside the step or read one
+    iteration ahead into a loop-carried tensor (`in_step` must not depend
+    on `i`).
 
     In the step, XLA fuses each slice into the kernels that use it, and
     the loop carries nothing extra; read ahead, XLA materialises each slice
@@ -449,16 +450,16 @@ def _time_loop(steps, read, body, state, in_step: Union[bool, Sequence[bool]]):
     compiled by XLA read ahead, as before.
     """
     first = read(0)
-    flags = list(in_step) if isinstance(in_step, (list, tuple)) else [in_step] * len(first)
+    flags = [now for _, now in first]
 
-    def ahead(slices):
-        return [s for s, now in zip(slices, flags) if not now]
+    def ahead(pairs):
+        return [s for s, now in pairs if not now]
 
     def current(i, carried):
         if not any(flags):
             return carried
         carried = iter(carried)
-        return [s if now else next(carried) for s, now in zip(read(i), flags)]
+        return [s if now else next(carried) for s, now in read(i)]
 
     def cond(i, *_):
         return i < steps
@@ -488,13 +489,15 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
 
+    in_step = read_in_step or (keep_for_bptt and _in_xla())
+
     def read(i):
         current = []
         for k, d in enumerate(directions):
             t = _time_index(d, i, steps)
-            current.append(inputs_tm[k][t])
+            current.append((inputs_tm[k][t], in_step))
             if mask_tm is not None:
-                current.append(mask_tm[t])
+                current.append((mask_tm[t], in_step))
         return current
 
     def step(d, x_t, valid, states):
@@ -524,8 +527,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
-    in_step = read_in_step or (keep_for_bptt and _in_xla())
-    final_states, outputs, kept = _time_loop(steps, read, body, initial, in_step)
+    final_states, outputs, kept = _time_loop(steps, read, body, initial)
     sequences = [tf.transpose(o.stack(), [1, 0, 2]) for o in outputs] if outputs else [None] * len(directions)
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
@@ -620,17 +622,6 @@ def _materialize_saved(d: Direction) -> bool:
     return bool(getattr(d.math, "materialize_saved", False))
 
 
-def _backward_reads_in_step(directions, memory, d_seq_tm, mask_tm) -> list:
-    """One flag per slice `_backward_loop`'s `read` returns, in its order:
-    in the step inside XLA (`_time_loop`), except saved memory that the
-    cell wants materialised."""
-    in_xla, flags = _in_xla(), []
-    for d, kept, d_seq in zip(directions, memory, d_seq_tm):
-        flags.append(in_xla and not _materialize_saved(d))
-        flags.extend([in_xla] * (len(kept) - 1 + (d_seq is not None) + (mask_tm is not None)))
-    return flags
-
-
 def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     """Each direction walks back over its own time order; returns per
     direction the time-major stack of the cell's per-step records (from
@@ -644,15 +635,19 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     # shapes, GRU at the large one; benchmarks/README.md).
     transposed_kernels = [tf.transpose(d.recurrent_kernel) for d in directions]
 
+    in_xla = _in_xla()
+
     def read(i):
         current = []
         for k, d in enumerate(directions):
             t = _backward_time_index(d, i, steps)
-            current.extend(m[t] for m in memory[k])
+            saved, *incoming = memory[k]
+            current.append((saved[t], in_xla and not _materialize_saved(d)))
+            current.extend((m[t], in_xla) for m in incoming)
             if d_seq_tm[k] is not None:
-                current.append(d_seq_tm[k][t])
+                current.append((d_seq_tm[k][t], in_xla))
             if mask_tm is not None:
-                current.append(mask_tm[t])
+                current.append((mask_tm[t], in_xla))
         return current
 
     def step(d, transposed_kernel, kept, d_seq, valid, d_state):
@@ -690,6 +685,5 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         )
         for d in directions
     ]
-    in_step = _backward_reads_in_step(directions, memory, d_seq_tm, mask_tm)
-    d_states, records = _time_loop(steps, read, body, ([final for _, final in output_grads], records), in_step)
+    d_states, records = _time_loop(steps, read, body, ([final for _, final in output_grads], records))
     return [a.stack() for a in records], d_states

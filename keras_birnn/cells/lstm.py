@@ -37,10 +37,12 @@ class LSTMMath(NamedTuple):
         return self._one_tanh
 
     def _gates(self, saved):
-        """(pre-activations or None, (i, f, g, o)) from what `forward` saved."""
+        """(pre-activations, (i, f, g, o)) from what `forward` saved; the
+        one-tanh path has no pre-activations (Nones: tanh and sigmoid
+        differentiate from their outputs)."""
         if self._one_tanh:
             t_i, t_f, g, t_o = tf.split(saved, 4, axis=-1)
-            return None, (0.5 + 0.5 * t_i, 0.5 + 0.5 * t_f, g, 0.5 + 0.5 * t_o)
+            return [None] * 4, (0.5 + 0.5 * t_i, 0.5 + 0.5 * t_f, g, 0.5 + 0.5 * t_o)
         pre = tf.split(saved, 4, axis=-1)
         i, f, o = (self.recurrent_activation(pre[k]) for k in (0, 1, 3))
         return pre, (i, f, self.activation(pre[2]), o)
@@ -70,7 +72,6 @@ class LSTMMath(NamedTuple):
         gates' pre-activation gradient `[B, 4U]`."""
         _, c = states
         pre, (i, f, g, o) = self._gates(saved)
-        pre = pre or [None] * 4  # known activations differentiate from their outputs
         c_new = f * c + i * g
         tanh_c = self.activation(c_new)
         d_h, d_c = d_new
