@@ -163,9 +163,9 @@ def fused_directions():
     """Builds bidirectional layers with both directions in one loop even in
     graphs, instead of one loop per direction run concurrently: slower, but
     for a GRU a training step's peak memory is about 20% lower (0.8-0.85
-    against 0.96-1.04 times Keras's growth per step; for an LSTM both are
-    within 5% of Keras's, benchmarks/README.md), for very long sequences. Read
-    when functions are traced, like `xla_disabled`."""
+    against 0.96-1.04 times Keras's growth per step; for an LSTM it is not
+    lower: 0.99-1.07 against 0.96-1.00, benchmarks/README.md), for very long
+    sequences. Read when functions are traced, like `xla_disabled`."""
     return _switched_off(_Concurrent)
 
 
