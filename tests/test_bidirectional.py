@@ -256,13 +256,22 @@ def _compiled_functions(fn, *args):
     return sorted(f.signature.name for f in library.function if f.attr["_XlaMustCompile"].b)
 
 
-def _loop_variables(fn, *args) -> list:
-    """Per while loop in a traced function (and the functions it calls),
-    how many values it carries."""
+def _loop_variables(fn, *args) -> dict:
+    """How many values each while loop in a traced function (and the
+    functions it calls) carries, sorted, by phase: "bptt" for the loops of
+    a gradient (XLA's `backward_loop` functions, or a tf.cond branch's
+    `..._grad_...` function without XLA), "forward" for the others. A
+    differentiated tf.cond branch also exists as a `..._rewritten` copy
+    (cond_v2 adds outputs for its gradient); its loops are counted once."""
     graph_def = _graph_def(fn, *args)
-    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    loops = [n for n in nodes if n.op in ("While", "StatelessWhile")]
-    return sorted(sum(not name.startswith("^") for name in loop.input) for loop in loops)
+    placed = [("", n) for n in graph_def.node]
+    placed += [(f.signature.name.removesuffix("_rewritten"), n) for f in graph_def.library.function for n in f.node_def]
+    loops = {(where, n.name): n for where, n in placed if n.op in ("While", "StatelessWhile")}
+    carried = {"forward": [], "bptt": []}
+    for (where, _), loop in loops.items():
+        phase = "bptt" if "backward_loop" in where or "_grad_" in where else "forward"
+        carried[phase].append(sum(not name.startswith("^") for name in loop.input))
+    return {phase: sorted(counts) for phase, counts in carried.items()}
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
@@ -302,31 +311,9 @@ def loop_settings():
     switch(**saved)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
-@pytest.mark.parametrize("cell", ["gru_reset_after", "gru_reset_before", "lstm", "simple_tanh"])
-def test_training_loop_reads(loop_settings, cell, fused):
-    """The training loops' per-step reads: sliced in the step inside XLA,
-    read one iteration ahead as loop-carried values without it. Both give
-    the oracle's BPTT gradients, masked, with unknown batch and time sizes,
-    and the in-step loops carry fewer values."""
-    case = make_case(cell, "concat", seed=13, return_sequences=True)
-    layout = kb.recurrence.fused_directions if fused else contextlib.nullcontext
-    d_output = case.random_d_output()
-    carried = {}
-    for xla in (True, False):
-        loop_settings(xla=xla)
-        with layout():
-            grads = case.tf_grads(d_output, MASK, graph=True, training=True)
-            train = tf.function(lambda x, mask: case.layer(x, mask=mask, training=True), input_signature=UNKNOWN_SIZES)
-            carried[xla] = _loop_variables(train, *UNKNOWN_SIZES)
-        case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
-    assert len(carried[True]) == len(carried[False]) == (1 if fused else 2)
-    assert all(a < b for a, b in zip(carried[True], carried[False])), carried
-
-
-def _gradient_loop_variables(cell) -> list:
-    layer = kb.Bidirectional(cell, return_sequences=True)
-    layer.build((None, None, 3))
+def _training_loop_variables(layer) -> dict:
+    """`_loop_variables` of a traced gradient of `layer` (unknown batch and
+    time): its forward loops and its BPTT loops."""
 
     @tf.function(input_signature=UNKNOWN_SIZES)
     def gradients(x, mask):
@@ -337,6 +324,29 @@ def _gradient_loop_variables(cell) -> list:
     return _loop_variables(gradients, *UNKNOWN_SIZES)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
+@pytest.mark.parametrize("cell", ["gru_reset_after", "gru_reset_before", "lstm", "simple_tanh"])
+def test_training_loop_reads(loop_settings, cell, fused):
+    """The training loops' per-step reads: sliced in the step inside XLA,
+    read one iteration ahead as loop-carried values without it. Both give
+    the oracle's BPTT gradients, masked, with unknown batch and time sizes,
+    and every in-step loop, forward and BPTT, carries fewer values."""
+    case = make_case(cell, "concat", seed=13, return_sequences=True)
+    layout = kb.recurrence.fused_directions if fused else contextlib.nullcontext
+    d_output = case.random_d_output()
+    carried = {}
+    for xla in (True, False):
+        loop_settings(xla=xla)
+        with layout():
+            grads = case.tf_grads(d_output, MASK, graph=True, training=True)
+            carried[xla] = _training_loop_variables(case.layer)
+        case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
+    for phase in ("forward", "bptt"):
+        in_step, ahead = carried[True][phase], carried[False][phase]
+        assert len(in_step) == len(ahead) == (1 if fused else 2), carried
+        assert all(a < b for a, b in zip(in_step, ahead)), carried
+
+
 def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     """Inside XLA the LSTM with Keras's default activations keeps its gates'
     one-tanh activation and asks for that slice to be read one step ahead in
@@ -345,16 +355,19 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     carries one value more, the forward loops as many; without XLA every
     slice is read ahead either way. (Both paths' gradients against the
     oracle: test_training_loop_reads, test_gradients_other_activations.)"""
-    one_tanh, other = kb.LSTMCell(U), kb.LSTMCell(U, recurrent_activation="hard_sigmoid")
-    assert one_tanh.step_math().materialize_saved and not other.step_math().materialize_saved
+    def carried(**cell_kwargs):
+        layer = kb.Bidirectional(kb.LSTMCell(U, **cell_kwargs), return_sequences=True)
+        layer.build((None, None, 3))
+        assert layer.forward.cell.step_math().materialize_saved == (not cell_kwargs)
+        return _training_loop_variables(layer)
+
     loop_settings(xla=True)
-    carried, carried_other = _gradient_loop_variables(one_tanh), _gradient_loop_variables(other)
-    assert len(carried) == len(carried_other) == 4, (carried, carried_other)  # two forward, two BPTT
-    assert sorted(a - b for a, b in zip(carried, carried_other)) == [0, 0, 1, 1], (carried, carried_other)
+    one_tanh, other = carried(), carried(recurrent_activation="hard_sigmoid")
+    assert len(one_tanh["bptt"]) == len(one_tanh["forward"]) == 2, one_tanh
+    assert one_tanh["forward"] == other["forward"], (one_tanh, other)
+    assert [a - b for a, b in zip(one_tanh["bptt"], other["bptt"])] == [1, 1], (one_tanh, other)
     loop_settings(xla=False)
-    assert _gradient_loop_variables(kb.LSTMCell(U)) == _gradient_loop_variables(
-        kb.LSTMCell(U, recurrent_activation="hard_sigmoid")
-    )
+    assert carried() == carried(recurrent_activation="hard_sigmoid")
 
 
 @pytest.mark.parametrize("limit", [0, 10**12], ids=["reads_ahead", "reads_in_step"])
