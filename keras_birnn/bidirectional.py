@@ -9,6 +9,7 @@ from keras import activations
 from keras_birnn import recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.functions import serialize_activation
 from keras_birnn.masking import validate_mask
 from keras_birnn.recurrent import (
     Recurrent,
@@ -89,7 +90,7 @@ class DirectionalProjection(keras.layers.Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update({"units": self.units, "activation": activations.serialize(self.activation)})
+        config.update({"units": self.units, "activation": serialize_activation(self.activation)})
         return config
 
 
@@ -127,6 +128,19 @@ def _as_recurrent(layer, reverse: bool, initial_state, role: str, dtype=None) ->
             f"reverse={layer.reverse}."
         )
     return layer
+
+
+def _reversed_copy(forward: Recurrent) -> Recurrent:
+    """An independent copy of `forward` (fresh weights) that runs in reverse;
+    its cell gets the forward cell's functions themselves (`clone_config`)."""
+    config = forward.get_config()
+    cell = forward.cell
+    config.update(
+        cell=type(cell).from_config(cell.clone_config()),
+        reverse=True,
+        name="backward_" + forward.name.removeprefix("forward_"),
+    )
+    return Recurrent(**config)
 
 
 def _cast_result(result: recurrence.DirectionResult, dtype) -> recurrence.DirectionResult:
@@ -194,9 +208,7 @@ class Bidirectional(keras.layers.Layer):
         # policy, so `dtype="float32"` under a mixed policy computes in float32.
         self.forward = _as_recurrent(layer, False, self.initial_state, "forward", self.dtype_policy)
         if backward_layer is None:
-            config = self.forward.get_config()
-            config.update(reverse=True, name="backward_" + self.forward.name.removeprefix("forward_"))
-            backward_layer = Recurrent.from_config(config)
+            backward_layer = _reversed_copy(self.forward)
         self.backward = _as_recurrent(backward_layer, True, self.initial_state, "backward", self.dtype_policy)
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
@@ -307,7 +319,7 @@ class Bidirectional(keras.layers.Layer):
                 "merge_mode": self.merge_mode,
                 "projection_units": self.projection_units,
                 "projection_activation": (
-                    None if self.projection is None else activations.serialize(self.projection.activation)
+                    None if self.projection is None else serialize_activation(self.projection.activation)
                 ),
                 "return_sequences": self.return_sequences,
                 "return_state": self.return_state,

@@ -58,7 +58,7 @@ def _template_cell(cell, units: int, cell_kwargs: dict) -> RecurrentCell:
         )
     if not cell_kwargs:
         return cell
-    config = cell.get_config()
+    config = cell.clone_config()
     config.update(cell_kwargs)
     return type(cell).from_config(config)
 
@@ -181,7 +181,7 @@ class StackedBidirectional(keras.layers.Layer):
         # Kept as a config, not a layer: the template itself holds no weights.
         self.cell_config = keras.saving.serialize_keras_object(template_cell)
         cell_type = type(template_cell)
-        template = template_cell.get_config()
+        template = template_cell.clone_config()
         self.bidirectionals = []
         for k, width in enumerate(self.units):
             config = dict(template, units=width, name=f"cell_{k}")

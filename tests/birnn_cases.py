@@ -6,7 +6,7 @@ so the layer (float32) and the oracle (float64) see identical numbers.
 """
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import keras
 import numpy as np
@@ -217,10 +217,11 @@ def make_case(
     initial_state="zeros",
     units: int = U,
     set_weights: bool = True,
-    layer_factory: Optional[Callable] = None,
+    cell_spec: Optional[tuple] = None,
 ) -> Case:
-    """Builds a `kb.Bidirectional` with random weights and its oracle twin."""
-    cell, cell_kwargs, factory = CELLS[cell_name]
+    """Builds a `kb.Bidirectional` with random weights and its oracle twin;
+    `cell_spec` is a `CELLS`-style entry for a cell not in `CELLS`."""
+    cell, cell_kwargs, factory = cell_spec or CELLS[cell_name]
     merge_mode, projection_activation = MERGES[merge_name]
     rng = np.random.default_rng(seed)
     reset_after = cell_kwargs.get("reset_after", True)

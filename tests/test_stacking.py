@@ -42,9 +42,11 @@ def np_layer_norm(y, gamma, beta, epsilon=1e-3):
     return (y - mean) / np.sqrt(var + epsilon) * gamma + beta
 
 
-def stack_with_oracle(cell, units, features=F, seed=0, **kwargs):
-    """A built stack with random weights and its NumPy value oracle(x, mask)."""
-    stack = kb.stacked_bidirectional(cell, units, **kwargs)
+def stack_with_oracle(cell, units, features=F, seed=0, kb_cell=None, oracle_kwargs=None, **kwargs):
+    """A built stack with random weights and its NumPy value oracle(x, mask);
+    `kb_cell` (a cell template) and `oracle_kwargs` (the oracle's cell
+    arguments) for cells other than `cell`'s defaults."""
+    stack = kb.stacked_bidirectional(kb_cell or cell, units, **kwargs)
     stack.build((None, None, features))
     rng = np.random.default_rng(seed + 100)
     layers = []
@@ -68,7 +70,9 @@ def stack_with_oracle(cell, units, features=F, seed=0, **kwargs):
         h = np.where(mask[..., None], x, 0.0)
         for k, (fw, bw, norm) in enumerate(layers):
             per_position = return_sequences or k < len(layers) - 1
-            y, _, _ = ref.bidirectional(cell, fw, bw, h, mask, merge_mode, return_sequences=per_position)
+            y, _, _ = ref.bidirectional(
+                cell, fw, bw, h, mask, merge_mode, return_sequences=per_position, **(oracle_kwargs or {})
+            )
             wants = residual[k] if isinstance(residual, (list, tuple)) else residual
             if wants and per_position and y.shape[-1] == h.shape[-1]:
                 y = y + h
@@ -113,6 +117,20 @@ def test_stack_matches_oracle_eager_graph_and_padding_length(name):
         assert np.all(long_out[:, -3:] == 0)
         long_out = long_out[:, :-3]
     assert_all_close(long_out, expected, atol=3e-5)
+
+
+def test_every_layer_keeps_a_user_activation():
+    """Each layer (both directions) is a copy of the template cell that keeps
+    its function: an unregistered user function, which a copy made through
+    a saved config would lose."""
+    from test_activations import SIGMOID_2X, SOFTER_TANH, sigmoid, softer_tanh
+
+    template = kb.GRUCell(4, activation=softer_tanh, recurrent_activation=sigmoid)
+    stack, oracle = stack_with_oracle(
+        "gru", (4, 3), kb_cell=template, oracle_kwargs={"activation": SOFTER_TANH, "recurrent_activation": SIGMOID_2X}
+    )
+    x = padded_inputs(seed=2)
+    assert_all_close(stack(x, mask=MASK), oracle(x, MASK), atol=3e-5)
 
 
 def test_residual_rules():

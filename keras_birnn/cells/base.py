@@ -12,6 +12,8 @@ import keras
 import tensorflow as tf
 from keras import activations, constraints, initializers, regularizers
 
+from keras_birnn.functions import serialize_activation
+
 
 def _check_rate(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -76,6 +78,8 @@ class RecurrentCell(keras.layers.Layer):
 
     gate_count = 1
     state_count = 1
+    # Constructor arguments that are functions (see `clone_config`).
+    function_arguments = ("activation",)
 
     def __init__(
         self,
@@ -265,12 +269,22 @@ class RecurrentCell(keras.layers.Layer):
     def get_initial_state(self, batch_size=None):
         return [tf.zeros([batch_size, self.units], self.compute_dtype) for _ in range(self.state_count)]
 
+    def clone_config(self) -> dict:
+        """`get_config()` for a copy made in this process (the other
+        direction of a `Bidirectional`, the layers of a stack): the function
+        arguments are the functions themselves. Their saved form is a name,
+        which loads as Keras's function of that name or, for a function
+        that is not registered, not at all."""
+        config = self.get_config()
+        config.update({name: getattr(self, name) for name in self.function_arguments})
+        return config
+
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(
             {
                 "units": self.units,
-                "activation": activations.serialize(self.activation),
+                "activation": serialize_activation(self.activation),
                 "use_bias": self.use_bias,
                 "kernel_initializer": initializers.serialize(self.kernel_initializer),
                 "recurrent_initializer": initializers.serialize(self.recurrent_initializer),

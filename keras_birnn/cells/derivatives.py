@@ -1,7 +1,7 @@
 """Derivatives of elementwise activations, for the hand-written BPTT."""
 
 import tensorflow as tf
-from keras import activations
+from keras import activations, ops
 
 # Derivatives in terms of the activation's output: no extra transcendental.
 _FROM_OUTPUT = {
@@ -12,12 +12,25 @@ _FROM_OUTPUT = {
 }
 
 
+# The functions known by name, matched by identity: Keras serialises any
+# plain function by its `__name__`, so a user's own `def tanh(x): return
+# 2 * tf.tanh(x)` would pass for Keras's tanh and get tanh's derivative.
+_KNOWN = {
+    "tanh": (activations.tanh, ops.tanh, tf.math.tanh),
+    "sigmoid": (activations.sigmoid, ops.sigmoid, tf.math.sigmoid),
+    "linear": (activations.linear,),
+    "relu": (activations.relu, ops.relu, tf.nn.relu),
+}
+
+
 def activation_name(activation) -> str:
-    try:
-        name = activations.serialize(activation)
-    except (ValueError, TypeError):
-        return ""
-    return name if isinstance(name, str) else ""
+    """The name of a built-in activation that `activation` is (tanh,
+    sigmoid, linear, relu, as Keras's, Keras ops' or TensorFlow's function
+    object), else "" (any other callable, whatever it is called)."""
+    for name, functions in _KNOWN.items():
+        if any(activation is function for function in functions):
+            return name
+    return ""
 
 
 def derivative(activation, pre_activation, output):

@@ -8,6 +8,7 @@ from keras import activations
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell, column_sum
 from keras_birnn.cells.derivatives import derivative
+from keras_birnn.functions import serialize_activation
 
 
 class GRUMath(NamedTuple):
@@ -139,6 +140,7 @@ class GRUCell(RecurrentCell):
 
     gate_count = 3
     state_count = 1
+    function_arguments = ("activation", "recurrent_activation")
 
     def __init__(self, units: int, reset_after: bool = True, activation="tanh",
                  recurrent_activation="sigmoid", **kwargs):
@@ -165,7 +167,7 @@ class GRUCell(RecurrentCell):
         config.update(
             {
                 "reset_after": self.reset_after,
-                "recurrent_activation": activations.serialize(self.recurrent_activation),
+                "recurrent_activation": serialize_activation(self.recurrent_activation),
             }
         )
         return config

@@ -8,6 +8,7 @@ from keras import activations, initializers
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell, records_are_input_gradient, summed_kernel_gradient
 from keras_birnn.cells.derivatives import activation_name, derivative
+from keras_birnn.functions import serialize_activation
 
 
 class LSTMMath(NamedTuple):
@@ -135,6 +136,7 @@ class LSTMCell(RecurrentCell):
 
     gate_count = 4
     state_count = 2
+    function_arguments = ("activation", "recurrent_activation")
 
     def __init__(self, units: int, activation="tanh", recurrent_activation="sigmoid",
                  unit_forget_bias: bool = True, **kwargs):
@@ -154,7 +156,7 @@ class LSTMCell(RecurrentCell):
         config = super().get_config()
         config.update(
             {
-                "recurrent_activation": activations.serialize(self.recurrent_activation),
+                "recurrent_activation": serialize_activation(self.recurrent_activation),
                 "unit_forget_bias": self.unit_forget_bias,
             }
         )

@@ -1,0 +1,159 @@
+"""Cells with activations other than Keras's defaults, against the oracle.
+
+The BPTT differentiates each activation either from its output (Keras's
+tanh, sigmoid, linear, relu), or, for any other callable, by TensorFlow on
+one step; the LSTM with tanh and sigmoid computes its gates as one `tanh`.
+Each path is checked here: forward outputs and gradients (both call modes,
+and in a graph with unknown sizes) of a masked batch, with built-in
+activations by name and with user functions, including ones whose names
+are those of built-ins (Keras serialises a plain function by its name, so a
+name must not be mistaken for the function).
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_birnn as kb
+from birnn_cases import MASK, TRAINING_MODES, make_case
+from test_case import assert_all_close, eager_and_graph, keras_round_trip
+
+
+def tanh(x):
+    """Not Keras's tanh: twice it."""
+    return 2.0 * tf.tanh(x)
+
+
+def sigmoid(x):
+    """Not Keras's sigmoid: sigmoid(2x)."""
+    return tf.sigmoid(2.0 * x)
+
+
+def relu(x):
+    """Not Keras's relu: three times it."""
+    return 3.0 * tf.nn.relu(x)
+
+
+def linear(x):
+    """Not Keras's linear: half the input."""
+    return 0.5 * x
+
+
+def softer_tanh(x):
+    """A name no built-in has, not registered either."""
+    return tf.tanh(0.5 * x)
+
+
+@keras.saving.register_keras_serializable(package="kb_tests")
+def swish(x):
+    """Registered, and not Keras's swish: x * sigmoid(2x)."""
+    return x * tf.sigmoid(2.0 * x)
+
+
+def _np_sigmoid(z):
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+# The oracle's (f, df/dz) pairs for the functions above.
+TWICE_TANH = (lambda z: 2.0 * np.tanh(z), lambda z: 2.0 * (1.0 - np.tanh(z) ** 2))
+SIGMOID_2X = (
+    lambda z: _np_sigmoid(2.0 * z),
+    lambda z: 2.0 * _np_sigmoid(2.0 * z) * (1.0 - _np_sigmoid(2.0 * z)),
+)
+THRICE_RELU = (lambda z: 3.0 * np.maximum(z, 0.0), lambda z: 3.0 * (z > 0))
+HALF_LINEAR = (lambda z: 0.5 * z, lambda z: np.full_like(z, 0.5))
+SOFTER_TANH = (lambda z: np.tanh(0.5 * z), lambda z: 0.5 * (1.0 - np.tanh(0.5 * z) ** 2))
+
+# name -> (oracle cell, oracle kwargs, factory of the kb cell)
+CELLS = {
+    "lstm_relu_hard_sigmoid": (
+        "lstm", {"activation": "relu", "recurrent_activation": "hard_sigmoid"},
+        lambda u: kb.LSTMCell(u, activation="relu", recurrent_activation="hard_sigmoid"),
+    ),
+    "lstm_tf_functions": (  # TensorFlow's own tanh and sigmoid: the one-tanh path
+        "lstm", {}, lambda u: kb.LSTMCell(u, activation=tf.math.tanh, recurrent_activation=tf.nn.sigmoid),
+    ),
+    "lstm_user_named_tanh_sigmoid": (
+        "lstm", {"activation": TWICE_TANH, "recurrent_activation": SIGMOID_2X},
+        lambda u: kb.LSTMCell(u, activation=tanh, recurrent_activation=sigmoid),
+    ),
+    "gru_after_hard_sigmoid": (
+        "gru", {"reset_after": True, "recurrent_activation": "hard_sigmoid"},
+        lambda u: kb.GRUCell(u, reset_after=True, recurrent_activation="hard_sigmoid"),
+    ),
+    "gru_before_user_named_relu": (
+        "gru", {"reset_after": False, "activation": THRICE_RELU},
+        lambda u: kb.GRUCell(u, reset_after=False, activation=relu),
+    ),
+    "simple_sigmoid": ("simple", {"activation": "sigmoid"}, lambda u: kb.SimpleRNNCell(u, activation="sigmoid")),
+    "simple_user_named_linear": (
+        "simple", {"activation": HALF_LINEAR}, lambda u: kb.SimpleRNNCell(u, activation=linear),
+    ),
+    # Keras cannot rebuild a layer from this one's config (unregistered), so
+    # the backward direction must not be made from a saved config.
+    "gru_unregistered": (
+        "gru", {"activation": SOFTER_TANH}, lambda u: kb.GRUCell(u, activation=softer_tanh),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CELLS))
+def test_other_activations_match_oracle(name):
+    """Forward (eager and graph) and gradients of sum(y * dy) to 1e-4, in
+    both call modes and in a graph with unknown batch and time sizes."""
+    case = make_case(name, "concat", seed=5, cell_spec=CELLS[name])
+    eager, graph = eager_and_graph(case.layer, case.x, mask=MASK)
+    expected = case.oracle(MASK)
+    assert_all_close(eager, expected)
+    assert_all_close(graph, expected)
+    d_output = case.random_d_output()
+    expected_grads = case.oracle_grads(d_output, MASK)
+    for training in TRAINING_MODES:
+        case.assert_grads_match(case.tf_grads(d_output, MASK, training=training), expected_grads)
+    case.assert_grads_match(case.tf_grads(d_output, MASK, graph=True, training=True), expected_grads)
+
+
+def test_user_functions_named_like_built_ins_are_not_them():
+    """Guards the cases above: with the built-in of the same name the
+    outputs would differ, so a mix-up cannot pass unnoticed."""
+    user = make_case("x", "concat", seed=5, cell_spec=CELLS["lstm_user_named_tanh_sigmoid"])
+    built_in = make_case("x", "concat", seed=5, cell_spec=("lstm", {}, lambda u: kb.LSTMCell(u)))
+    assert np.abs(np.asarray(user.layer(user.x)) - np.asarray(built_in.layer(built_in.x))).max() > 0.1
+
+
+def _model(cell):
+    inputs = keras.Input((None, 3))
+    return keras.Model(inputs, kb.Bidirectional(cell, return_sequences=True)(inputs))
+
+
+def test_registered_function_named_like_a_built_in_saves_as_itself(tmp_path):
+    """Keras would save `swish` as "swish" and load its own swish; ours
+    reloads to identical outputs (keras_round_trip), which Keras's swish
+    does not give."""
+    model = _model(kb.GRUCell(4, activation=swish, recurrent_activation=swish))
+    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32") * 3
+    loaded = keras_round_trip(model, str(tmp_path / "swish.keras"), x)
+    assert loaded.layers[1].backward.cell.activation is swish
+    keras_swish = _model(kb.GRUCell(4))
+    keras_swish.set_weights(model.get_weights())
+    assert np.abs(keras_swish.predict(x, verbose=0) - model.predict(x, verbose=0)).max() > 1e-2
+
+
+def test_unregistered_function_named_like_a_built_in_refuses_to_load(tmp_path):
+    """Saved under its module-qualified name, so loading asks for it instead
+    of silently putting Keras's tanh in its place."""
+    path = str(tmp_path / "tanh.keras")
+    _model(kb.LSTMCell(4, activation=tanh)).save(path)
+    with pytest.raises(TypeError, match=r"test_activations\.tanh"):
+        keras.saving.load_model(path)
+
+
+def test_library_functions_still_save_by_name(tmp_path):
+    """TensorFlow's tanh and sigmoid are Keras's: saved as "tanh" and
+    "sigmoid", they reload (as Keras's) to identical outputs."""
+    model = _model(kb.LSTMCell(4, activation=tf.math.tanh, recurrent_activation=tf.nn.sigmoid))
+    config = model.layers[1].get_config()["layer"]["config"]["cell"]["config"]
+    assert (config["activation"], config["recurrent_activation"]) == ("tanh", "sigmoid")
+    x = np.random.default_rng(1).normal(size=(2, 5, 3)).astype("float32")
+    keras_round_trip(model, str(tmp_path / "tf.keras"), x)
