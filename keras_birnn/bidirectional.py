@@ -133,14 +133,17 @@ def _as_recurrent(layer, reverse: bool, initial_state, role: str, dtype=None) ->
 def _reversed_copy(forward: Recurrent) -> Recurrent:
     """An independent copy of `forward` (fresh weights) that runs in reverse;
     its cell gets the forward cell's functions themselves (`clone_config`)."""
-    config = forward.get_config()
     cell = forward.cell
-    config.update(
-        cell=type(cell).from_config(cell.clone_config()),
+    return Recurrent(
+        type(cell).from_config(cell.clone_config()),
         reverse=True,
+        return_sequences=forward.return_sequences,
+        return_state=forward.return_state,
+        initial_state=forward.initial_state,
         name="backward_" + forward.name.removeprefix("forward_"),
+        trainable=forward.trainable,
+        dtype=forward.dtype_policy,
     )
-    return Recurrent(**config)
 
 
 def _cast_result(result: recurrence.DirectionResult, dtype) -> recurrence.DirectionResult:

@@ -6,6 +6,7 @@ serializable Keras layer holding one `kb.Bidirectional` per entry of
 the mask flows through every layer, so padding stays exact all the way up.
 """
 
+import functools
 from typing import List, Optional, Sequence, Union
 
 import keras
@@ -178,8 +179,10 @@ class StackedBidirectional(keras.layers.Layer):
         self.layer_norm = bool(layer_norm)
         self.return_sequences = bool(return_sequences)
         template_cell = _template_cell(cell, self.units[0], dict(cell_kwargs or {}))
-        # Kept as a config, not a layer: the template itself holds no weights.
-        self.cell_config = keras.saving.serialize_keras_object(template_cell)
+        # Kept out of Keras's layer tracking (the template holds no weights)
+        # and serialised only when a config is asked for: a cell with an
+        # object that cannot be saved still makes a stack that runs.
+        self._serialized_template = functools.partial(keras.saving.serialize_keras_object, template_cell)
         cell_type = type(template_cell)
         template = template_cell.clone_config()
         self.bidirectionals = []
@@ -351,7 +354,7 @@ class StackedBidirectional(keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "cell": self.cell_config,
+                "cell": self._serialized_template(),
                 "units": list(self.units),
                 "merge_mode": self.merge_mode,
                 "dropout": self.dropout,

@@ -53,6 +53,30 @@ def column_sum(x):
     return tf.matmul(ones, x)[0]
 
 
+def _serialize_argument(name: str, value):
+    """The saved form of an object argument, by the kind its name says."""
+    if name.endswith("activation"):
+        return serialize_activation(value)
+    for suffix, module in (("_initializer", initializers), ("_regularizer", regularizers), ("_constraint", constraints)):
+        if name.endswith(suffix):
+            return module.serialize(value)
+    raise ValueError(f"No saved form for the argument {name!r}.")
+
+
+def _copy_argument(name: str, value):
+    """An object argument for a copy made in this process: the object itself,
+    but an initializer remade from its config. A Keras initializer without a
+    seed draws its seed when made, so sharing it would start the copy from
+    the same weights; remade, the copy starts from its own, as a copy
+    through a saved config does."""
+    if name.endswith("_initializer"):
+        try:
+            return type(value).from_config(value.get_config())
+        except (TypeError, ValueError, NotImplementedError):
+            return value
+    return value
+
+
 class RecurrentCell(keras.layers.Layer):
     """Base class of the cells: `gate_count` blocks of `units` columns.
 
@@ -78,8 +102,21 @@ class RecurrentCell(keras.layers.Layer):
 
     gate_count = 1
     state_count = 1
-    # Constructor arguments that are functions (see `clone_config`).
-    function_arguments = ("activation",)
+    # Constructor arguments that are objects: saved serialised, handed as
+    # they are to copies (`clone_config`).
+    object_arguments = (
+        "activation",
+        "kernel_initializer",
+        "recurrent_initializer",
+        "bias_initializer",
+        "kernel_regularizer",
+        "recurrent_regularizer",
+        "bias_regularizer",
+        "kernel_constraint",
+        "recurrent_constraint",
+        "bias_constraint",
+    )
+    _cloning = False
 
     def __init__(
         self,
@@ -271,33 +308,29 @@ class RecurrentCell(keras.layers.Layer):
 
     def clone_config(self) -> dict:
         """`get_config()` for a copy made in this process (the other
-        direction of a `Bidirectional`, the layers of a stack): the function
-        arguments are the functions themselves. Their saved form is a name,
-        which loads as Keras's function of that name or, for a function
-        that is not registered, not at all."""
-        config = self.get_config()
-        config.update({name: getattr(self, name) for name in self.function_arguments})
-        return config
+        direction of a `Bidirectional`, the layers of a stack), with the
+        `object_arguments` as the objects themselves: saved, a function is
+        a name that loads as Keras's function of that name, and an object
+        of a class not registered (or without `get_config`) loads not at
+        all."""
+        self._cloning = True
+        try:
+            return self.get_config()
+        finally:
+            self._cloning = False
 
     def get_config(self) -> dict:
         config = super().get_config()
         config.update(
             {
                 "units": self.units,
-                "activation": serialize_activation(self.activation),
                 "use_bias": self.use_bias,
-                "kernel_initializer": initializers.serialize(self.kernel_initializer),
-                "recurrent_initializer": initializers.serialize(self.recurrent_initializer),
-                "bias_initializer": initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
-                "recurrent_regularizer": regularizers.serialize(self.recurrent_regularizer),
-                "bias_regularizer": regularizers.serialize(self.bias_regularizer),
-                "kernel_constraint": constraints.serialize(self.kernel_constraint),
-                "recurrent_constraint": constraints.serialize(self.recurrent_constraint),
-                "bias_constraint": constraints.serialize(self.bias_constraint),
                 "dropout": self.dropout,
                 "recurrent_dropout": self.recurrent_dropout,
                 "seed": self.seed,
             }
         )
+        for name in self.object_arguments:
+            value = getattr(self, name)
+            config[name] = _copy_argument(name, value) if self._cloning else _serialize_argument(name, value)
         return config

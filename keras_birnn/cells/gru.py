@@ -8,7 +8,6 @@ from keras import activations
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell, column_sum
 from keras_birnn.cells.derivatives import derivative
-from keras_birnn.functions import serialize_activation
 
 
 class GRUMath(NamedTuple):
@@ -140,7 +139,7 @@ class GRUCell(RecurrentCell):
 
     gate_count = 3
     state_count = 1
-    function_arguments = ("activation", "recurrent_activation")
+    object_arguments = RecurrentCell.object_arguments + ("recurrent_activation",)
 
     def __init__(self, units: int, reset_after: bool = True, activation="tanh",
                  recurrent_activation="sigmoid", **kwargs):
@@ -164,10 +163,5 @@ class GRUCell(RecurrentCell):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(
-            {
-                "reset_after": self.reset_after,
-                "recurrent_activation": serialize_activation(self.recurrent_activation),
-            }
-        )
+        config.update({"reset_after": self.reset_after})
         return config

@@ -8,7 +8,6 @@ from keras import activations, initializers
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell, records_are_input_gradient, summed_kernel_gradient
 from keras_birnn.cells.derivatives import activation_name, derivative
-from keras_birnn.functions import serialize_activation
 
 
 class LSTMMath(NamedTuple):
@@ -136,7 +135,7 @@ class LSTMCell(RecurrentCell):
 
     gate_count = 4
     state_count = 2
-    function_arguments = ("activation", "recurrent_activation")
+    object_arguments = RecurrentCell.object_arguments + ("recurrent_activation",)
 
     def __init__(self, units: int, activation="tanh", recurrent_activation="sigmoid",
                  unit_forget_bias: bool = True, **kwargs):
@@ -154,10 +153,5 @@ class LSTMCell(RecurrentCell):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(
-            {
-                "recurrent_activation": serialize_activation(self.recurrent_activation),
-                "unit_forget_bias": self.unit_forget_bias,
-            }
-        )
+        config.update({"unit_forget_bias": self.unit_forget_bias})
         return config
