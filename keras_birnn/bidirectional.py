@@ -8,7 +8,7 @@ from keras import activations
 
 from keras_birnn import recurrence
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.cells.base import RecurrentCell, derived_seed
 from keras_birnn.functions import serialize_activation
 from keras_birnn.masking import validate_mask
 from keras_birnn.recurrent import (
@@ -131,11 +131,14 @@ def _as_recurrent(layer, reverse: bool, initial_state, role: str, dtype=None) ->
 
 
 def _reversed_copy(forward: Recurrent) -> Recurrent:
-    """An independent copy of `forward` (fresh weights) that runs in reverse;
-    its cell gets the forward cell's functions themselves (`clone_config`)."""
+    """An independent copy of `forward` (fresh weights, a dropout seed of its
+    own) that runs in reverse; its cell keeps the forward cell's objects
+    (`clone_config`)."""
     cell = forward.cell
+    config = cell.clone_config()
+    config["seed"] = derived_seed(config["seed"], 1)
     return Recurrent(
-        type(cell).from_config(cell.clone_config()),
+        type(cell).from_config(config),
         reverse=True,
         return_sequences=forward.return_sequences,
         return_state=forward.return_state,

@@ -15,6 +15,7 @@ import tensorflow as tf
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
+from keras_birnn.cells.base import derived_seed
 from keras_birnn.masking import validate_mask, zero_padding
 from keras_birnn.recurrent import check_sequence_input
 
@@ -187,7 +188,8 @@ class StackedBidirectional(keras.layers.Layer):
         template = template_cell.clone_config()
         self.bidirectionals = []
         for k, width in enumerate(self.units):
-            config = dict(template, units=width, name=f"cell_{k}")
+            seed = derived_seed(template["seed"], k + 1) if k else template["seed"]
+            config = dict(template, units=width, name=f"cell_{k}", seed=seed)
             if self.recurrent_dropout:
                 config["recurrent_dropout"] = self.recurrent_dropout
             self.bidirectionals.append(

@@ -7,9 +7,7 @@ Each path is checked here: forward outputs and gradients (both call modes,
 and in a graph with unknown sizes) of a masked batch, with built-in
 activations by name and with user functions, including ones whose names
 are those of built-ins (Keras serialises a plain function by its name, so a
-name must not be mistaken for the function). Also: the copies a layer makes
-of its cell (backward direction, stacked layers) keep the cell's objects,
-unregistered initializers and regularizers included, and saving.
+name must not be mistaken for the function); saving them.
 """
 
 import keras
@@ -160,36 +158,3 @@ def test_library_functions_still_save_by_name(tmp_path):
     x = np.random.default_rng(1).normal(size=(2, 5, 3)).astype("float32")
     keras_round_trip(model, str(tmp_path / "tf.keras"), x)
 
-
-class _Quarter(keras.initializers.Initializer):
-    """Unregistered: Keras cannot rebuild a cell holding it from a config."""
-
-    def __call__(self, shape, dtype=None):
-        return keras.ops.full(shape, 0.25, dtype=dtype)
-
-
-class _Cube(keras.regularizers.Regularizer):
-    """Unregistered and without `get_config`: it cannot even be saved."""
-
-    def __call__(self, w):
-        return 0.01 * keras.ops.sum(keras.ops.abs(w) ** 3)
-
-
-@pytest.mark.parametrize("builder", ["bidirectional", "stack"])
-def test_copies_keep_objects_keras_cannot_rebuild(builder):
-    """keras.layers.Bidirectional fails to build with either object in its
-    GRU; every copy of ours (backward direction, stacked layers) starts from
-    the initializer's values and adds the regularizer's penalty."""
-    cell = kb.GRUCell(4, kernel_initializer=_Quarter(), kernel_regularizer=_Cube())
-    if builder == "bidirectional":
-        layer = kb.Bidirectional(cell)
-        bidirectionals = [layer]
-    else:
-        layer = kb.stacked_bidirectional(cell, (4, 3))
-        bidirectionals = layer.bidirectionals
-    layer.build((None, None, 3))
-    kernels = [np.asarray(d.cell.kernel) for bi in bidirectionals for d in (bi.forward, bi.backward)]
-    for kernel in kernels:
-        np.testing.assert_array_equal(kernel, 0.25)
-    penalty = sum(0.01 * np.sum(np.abs(kernel.astype(np.float64)) ** 3) for kernel in kernels)
-    np.testing.assert_allclose(float(sum(layer.losses)), penalty, rtol=1e-6)

@@ -23,6 +23,16 @@ def _check_rate(name: str, value: Any) -> float:
     return float(value)
 
 
+def derived_seed(seed: Optional[int], salt: int) -> Optional[int]:
+    """A seed of its own for a copy of a cell seeded `seed` (None stays None:
+    an unseeded cell draws its own). A copy with the same seed would draw
+    the same dropout masks: a `Bidirectional`'s two directions would drop
+    the same input features of the same rows at every step."""
+    if seed is None:
+        return None
+    return (seed * 1_000_003 + 7_919 * salt) % 2_147_483_647
+
+
 def check_units(units: Any) -> int:
     if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
         raise ValueError(f"`units` must be a positive integer, received {units!r}.")
@@ -97,7 +107,8 @@ class RecurrentCell(keras.layers.Layer):
             shared by all steps and gates).
         recurrent_dropout: Fraction of the state units to drop in the
             recurrent matmul (one mask per sequence).
-        seed: Seed of the dropout masks.
+        seed: Seed of the dropout masks (a `Bidirectional`'s backward copy
+            and a stack's other layers derive their own from it).
     """
 
     gate_count = 1

@@ -1,0 +1,88 @@
+"""The copies a layer makes of its cell: a `Bidirectional`'s backward
+direction and the layers of `stacked_bidirectional`.
+
+Each keeps the cell's objects (unregistered ones included, which Keras's
+copy through a saved config cannot rebuild), starts from its own weights
+and draws its own dropout masks.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_birnn as kb
+class _Quarter(keras.initializers.Initializer):
+    """Unregistered: Keras cannot rebuild a cell holding it from a config."""
+
+    def __call__(self, shape, dtype=None):
+        return keras.ops.full(shape, 0.25, dtype=dtype)
+
+
+class _Cube(keras.regularizers.Regularizer):
+    """Unregistered and without `get_config`: it cannot even be saved."""
+
+    def __call__(self, w):
+        return 0.01 * keras.ops.sum(keras.ops.abs(w) ** 3)
+
+
+@pytest.mark.parametrize("builder", ["bidirectional", "stack"])
+def test_copies_keep_objects_keras_cannot_rebuild(builder):
+    """keras.layers.Bidirectional fails to build with either object in its
+    GRU; every copy of ours (backward direction, stacked layers) starts from
+    the initializer's values and adds the regularizer's penalty."""
+    cell = kb.GRUCell(4, kernel_initializer=_Quarter(), kernel_regularizer=_Cube())
+    if builder == "bidirectional":
+        layer = kb.Bidirectional(cell)
+        bidirectionals = [layer]
+    else:
+        layer = kb.stacked_bidirectional(cell, (4, 3))
+        bidirectionals = layer.bidirectionals
+    layer.build((None, None, 3))
+    kernels = [np.asarray(d.cell.kernel) for bi in bidirectionals for d in (bi.forward, bi.backward)]
+    for kernel in kernels:
+        np.testing.assert_array_equal(kernel, 0.25)
+    penalty = sum(0.01 * np.sum(np.abs(kernel.astype(np.float64)) ** 3) for kernel in kernels)
+    np.testing.assert_allclose(float(sum(layer.losses)), penalty, rtol=1e-6)
+
+
+def _all_cells(layer):
+    bidirectionals = layer.bidirectionals if hasattr(layer, "bidirectionals") else [layer]
+    return [d.cell for bi in bidirectionals for d in (bi.forward, bi.backward)]
+
+
+def _masks(cells):
+    return [[np.asarray(m) for m in cell.dropout_masks(8, tf.float32, training=True)] for cell in cells]
+
+
+def _seeded_cell():
+    return kb.GRUCell(4, dropout=0.5, recurrent_dropout=0.5, seed=3)
+
+
+@pytest.mark.parametrize("builder", ["bidirectional", "stack"])
+def test_copies_draw_their_own_dropout_masks(builder):
+    """With a seed, every copy's input and state masks differ from the
+    others' (they were all the same: both directions dropped the same
+    input features), the first cell's are those of its seed, and building
+    again draws the same masks."""
+
+    def build():
+        layer = kb.Bidirectional(_seeded_cell()) if builder == "bidirectional" else kb.stacked_bidirectional(
+            _seeded_cell(), (4, 4))
+        layer.build((None, None, 4))
+        return _masks(_all_cells(layer))
+
+    masks = build()
+    lone = _seeded_cell()
+    lone.build((None, 4))
+    np.testing.assert_array_equal(masks[0][0], _masks([lone])[0][0])
+    for kind in (0, 1):
+        drawn = [m[kind] for m in masks]
+        assert all(0.0 < np.mean(m == 0) < 1.0 for m in drawn)
+        for a in range(len(drawn)):
+            for b in range(a + 1, len(drawn)):
+                if drawn[a].shape == drawn[b].shape:
+                    assert not np.array_equal(drawn[a], drawn[b]), (kind, a, b)
+    for again, first in zip(build(), masks):
+        for m_again, m_first in zip(again, first):
+            np.testing.assert_array_equal(m_again, m_first)
