@@ -8,7 +8,7 @@ from keras import activations
 
 from keras_birnn import recurrence
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.cells.base import RecurrentCell, derived_seed
+from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.functions import serialize_activation
 from keras_birnn.masking import validate_mask
 from keras_birnn.recurrent import (
@@ -131,14 +131,12 @@ def _as_recurrent(layer, reverse: bool, initial_state, role: str, dtype=None) ->
 
 
 def _reversed_copy(forward: Recurrent) -> Recurrent:
-    """An independent copy of `forward` (fresh weights, a dropout seed of its
-    own) that runs in reverse; its cell keeps the forward cell's objects
-    (`clone_config`)."""
+    """An independent copy of `forward` that runs in reverse: its cell keeps
+    the forward cell's objects, starts from weights of its own and derives
+    its seeds (`clone_config(salt=1)`)."""
     cell = forward.cell
-    config = cell.clone_config()
-    config["seed"] = derived_seed(config["seed"], 1)
     return Recurrent(
-        type(cell).from_config(config),
+        type(cell).from_config(cell.clone_config(salt=1)),
         reverse=True,
         return_sequences=forward.return_sequences,
         return_state=forward.return_state,
@@ -169,7 +167,8 @@ class Bidirectional(keras.layers.Layer):
         merge_mode: `"concat"`, `"sum"`, `"mul"`, `"ave"`, `None` (return
             both outputs) or `"projection"`: y_t = V_f h_f,t + V_b h_b,t + c.
         backward_layer: Optional cell or `kb.Recurrent(reverse=True)`;
-            default: an independent copy of the forward one (fresh weights).
+            default: an independent copy of the forward one (weights of its
+            own; with seeds, seeds derived from the forward cell's).
         projection_units: Output size of the `"projection"` merge.
         projection_activation: Activation of the projection (e.g. softmax).
         return_sequences: Return every position instead of the sentence

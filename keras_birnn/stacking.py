@@ -15,7 +15,6 @@ import tensorflow as tf
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
-from keras_birnn.cells.base import derived_seed
 from keras_birnn.masking import validate_mask, zero_padding
 from keras_birnn.recurrent import check_sequence_input
 
@@ -185,11 +184,11 @@ class StackedBidirectional(keras.layers.Layer):
         # object that cannot be saved still makes a stack that runs.
         self._serialized_template = functools.partial(keras.saving.serialize_keras_object, template_cell)
         cell_type = type(template_cell)
-        template = template_cell.clone_config()
         self.bidirectionals = []
         for k, width in enumerate(self.units):
-            seed = derived_seed(template["seed"], k + 1) if k else template["seed"]
-            config = dict(template, units=width, name=f"cell_{k}", seed=seed)
+            # Layers after the first derive their seeds (salt k + 1; a
+            # layer's backward direction uses salt 1 of its own cell).
+            config = dict(template_cell.clone_config(salt=k + 1 if k else 0), units=width, name=f"cell_{k}")
             if self.recurrent_dropout:
                 config["recurrent_dropout"] = self.recurrent_dropout
             self.bidirectionals.append(

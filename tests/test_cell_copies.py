@@ -86,3 +86,34 @@ def test_copies_draw_their_own_dropout_masks(builder):
     for again, first in zip(build(), masks):
         for m_again, m_first in zip(again, first):
             np.testing.assert_array_equal(m_again, m_first)
+
+
+@pytest.mark.parametrize("builder", ["bidirectional", "stack"])
+def test_copies_of_seeded_initializers_start_from_their_own_weights(builder):
+    """A seeded initializer draws the same values every time: remade with
+    the same seed, both directions (and equal-width stacked layers) started
+    from identical kernels. Each copy's kernel now differs from the others',
+    the first is the seeded initializer's own draw, and a rebuild repeats
+    them."""
+
+    def cell():
+        return kb.GRUCell(4, kernel_initializer=keras.initializers.GlorotUniform(seed=7),
+                          recurrent_initializer=keras.initializers.Orthogonal(seed=8))
+
+    def build():
+        layer = kb.Bidirectional(cell()) if builder == "bidirectional" else kb.stacked_bidirectional(
+            cell(), (4, 4, 4))
+        layer.build((None, None, 8))
+        return [(np.asarray(c.kernel), np.asarray(c.recurrent_kernel)) for c in _all_cells(layer)]
+
+    kernels = build()
+    np.testing.assert_array_equal(kernels[0][0], np.asarray(keras.initializers.GlorotUniform(seed=7)((8, 12))))
+    for kind in (0, 1):
+        drawn = [k[kind] for k in kernels]
+        for a in range(len(drawn)):
+            for b in range(a + 1, len(drawn)):
+                if drawn[a].shape == drawn[b].shape:
+                    assert not np.allclose(drawn[a], drawn[b]), (kind, a, b)
+    for again, first in zip(build(), kernels):
+        np.testing.assert_array_equal(again[0], first[0])
+        np.testing.assert_array_equal(again[1], first[1])

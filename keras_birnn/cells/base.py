@@ -73,18 +73,21 @@ def _serialize_argument(name: str, value):
     raise ValueError(f"No saved form for the argument {name!r}.")
 
 
-def _copy_argument(name: str, value):
+def _copy_argument(name: str, value, salt: int):
     """An object argument for a copy made in this process: the object itself,
-    but an initializer remade from its config. A Keras initializer without a
-    seed draws its seed when made, so sharing it would start the copy from
-    the same weights; remade, the copy starts from its own, as a copy
-    through a saved config does."""
-    if name.endswith("_initializer"):
-        try:
-            return type(value).from_config(value.get_config())
-        except (TypeError, ValueError, NotImplementedError):
-            return value
-    return value
+    but an initializer remade from its config, its seed (if any) derived
+    with `salt`. A Keras initializer without a seed draws one when made, and
+    one with a seed draws the same values every time: shared, or remade
+    with the same seed, it would start the copy from the same weights."""
+    if not name.endswith("_initializer"):
+        return value
+    try:
+        config = value.get_config()
+        if salt and isinstance(config.get("seed"), int):
+            config = dict(config, seed=derived_seed(config["seed"], salt))
+        return type(value).from_config(config)
+    except (TypeError, ValueError, NotImplementedError):
+        return value
 
 
 class RecurrentCell(keras.layers.Layer):
@@ -127,7 +130,7 @@ class RecurrentCell(keras.layers.Layer):
         "recurrent_constraint",
         "bias_constraint",
     )
-    _cloning = False
+    _clone_salt = None  # set while `clone_config` runs
 
     def __init__(
         self,
@@ -317,18 +320,23 @@ class RecurrentCell(keras.layers.Layer):
     def get_initial_state(self, batch_size=None):
         return [tf.zeros([batch_size, self.units], self.compute_dtype) for _ in range(self.state_count)]
 
-    def clone_config(self) -> dict:
+    def clone_config(self, salt: int = 0) -> dict:
         """`get_config()` for a copy made in this process (the other
         direction of a `Bidirectional`, the layers of a stack), with the
         `object_arguments` as the objects themselves: saved, a function is
         a name that loads as Keras's function of that name, and an object
         of a class not registered (or without `get_config`) loads not at
-        all."""
-        self._cloning = True
+        all. Initializers are remade, so that the copy starts from weights
+        of its own; a non-zero `salt` derives the copy's seeds (dropout,
+        seeded initializers) from this cell's (`derived_seed`)."""
+        self._clone_salt = salt
         try:
-            return self.get_config()
+            config = self.get_config()
         finally:
-            self._cloning = False
+            self._clone_salt = None
+        if salt:
+            config["seed"] = derived_seed(config["seed"], salt)
+        return config
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -343,5 +351,8 @@ class RecurrentCell(keras.layers.Layer):
         )
         for name in self.object_arguments:
             value = getattr(self, name)
-            config[name] = _copy_argument(name, value) if self._cloning else _serialize_argument(name, value)
+            if self._clone_salt is None:
+                config[name] = _serialize_argument(name, value)
+            else:
+                config[name] = _copy_argument(name, value, self._clone_salt)
         return config
