@@ -215,6 +215,13 @@ class Bidirectional(keras.layers.Layer):
         if backward_layer is None:
             backward_layer = _reversed_copy(self.forward)
         self.backward = _as_recurrent(backward_layer, True, self.initial_state, "backward", self.dtype_policy)
+        if self.backward.cell is self.forward.cell:
+            raise ValueError(
+                "`backward_layer` must not share the forward layer's cell "
+                f"({self.forward.cell.name!r}): the two directions are independent recurrences "
+                "with weights of their own. Pass a new cell, or leave `backward_layer` out for "
+                "an independent copy of the forward one."
+            )
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.projection_units = projection_units
