@@ -12,6 +12,13 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
+
+
+def _all_cells(layer):
+    bidirectionals = layer.bidirectionals if hasattr(layer, "bidirectionals") else [layer]
+    return [d.cell for bi in bidirectionals for d in (bi.forward, bi.backward)]
+
+
 class _Quarter(keras.initializers.Initializer):
     """Unregistered: Keras cannot rebuild a cell holding it from a config."""
 
@@ -32,23 +39,13 @@ def test_copies_keep_objects_keras_cannot_rebuild(builder):
     GRU; every copy of ours (backward direction, stacked layers) starts from
     the initializer's values and adds the regularizer's penalty."""
     cell = kb.GRUCell(4, kernel_initializer=_Quarter(), kernel_regularizer=_Cube())
-    if builder == "bidirectional":
-        layer = kb.Bidirectional(cell)
-        bidirectionals = [layer]
-    else:
-        layer = kb.stacked_bidirectional(cell, (4, 3))
-        bidirectionals = layer.bidirectionals
+    layer = kb.Bidirectional(cell) if builder == "bidirectional" else kb.stacked_bidirectional(cell, (4, 3))
     layer.build((None, None, 3))
-    kernels = [np.asarray(d.cell.kernel) for bi in bidirectionals for d in (bi.forward, bi.backward)]
+    kernels = [np.asarray(c.kernel) for c in _all_cells(layer)]
     for kernel in kernels:
         np.testing.assert_array_equal(kernel, 0.25)
     penalty = sum(0.01 * np.sum(np.abs(kernel.astype(np.float64)) ** 3) for kernel in kernels)
     np.testing.assert_allclose(float(sum(layer.losses)), penalty, rtol=1e-6)
-
-
-def _all_cells(layer):
-    bidirectionals = layer.bidirectionals if hasattr(layer, "bidirectionals") else [layer]
-    return [d.cell for bi in bidirectionals for d in (bi.forward, bi.backward)]
 
 
 def _masks(cells):

@@ -126,9 +126,8 @@ def test_every_layer_keeps_a_user_activation():
     from test_activations import SIGMOID_2X, SOFTER_TANH, sigmoid, softer_tanh
 
     template = kb.GRUCell(4, activation=softer_tanh, recurrent_activation=sigmoid)
-    stack, oracle = stack_with_oracle(
-        "gru", (4, 3), kb_cell=template, oracle_kwargs={"activation": SOFTER_TANH, "recurrent_activation": SIGMOID_2X}
-    )
+    oracle_kwargs = {"activation": SOFTER_TANH, "recurrent_activation": SIGMOID_2X}
+    stack, oracle = stack_with_oracle("gru", (4, 3), kb_cell=template, oracle_kwargs=oracle_kwargs)
     x = padded_inputs(seed=2)
     assert_all_close(stack(x, mask=MASK), oracle(x, MASK), atol=3e-5)
 

@@ -67,7 +67,8 @@ def _serialize_argument(name: str, value):
     """The saved form of an object argument, by the kind its name says."""
     if name.endswith("activation"):
         return serialize_activation(value)
-    for suffix, module in (("_initializer", initializers), ("_regularizer", regularizers), ("_constraint", constraints)):
+    kinds = (("_initializer", initializers), ("_regularizer", regularizers), ("_constraint", constraints))
+    for suffix, module in kinds:
         if name.endswith(suffix):
             return module.serialize(value)
     raise ValueError(f"No saved form for the argument {name!r}.")
