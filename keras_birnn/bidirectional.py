@@ -168,7 +168,10 @@ class Bidirectional(keras.layers.Layer):
             both outputs) or `"projection"`: y_t = V_f h_f,t + V_b h_b,t + c.
         backward_layer: Optional cell or `kb.Recurrent(reverse=True)`;
             default: an independent copy of the forward one (weights of its
-            own; with seeds, seeds derived from the forward cell's).
+            own; with seeds, seeds derived from the forward cell's). A
+            `kb.Recurrent(cell, reverse=True)` around the forward cell ties
+            the two directions' weights (seed 000's concat-versus-sum
+            exercise, `examples/merge_modes.py`).
         projection_units: Output size of the `"projection"` merge.
         projection_activation: Activation of the projection (e.g. softmax).
         return_sequences: Return every position instead of the sentence
@@ -215,13 +218,6 @@ class Bidirectional(keras.layers.Layer):
         if backward_layer is None:
             backward_layer = _reversed_copy(self.forward)
         self.backward = _as_recurrent(backward_layer, True, self.initial_state, "backward", self.dtype_policy)
-        if self.backward.cell is self.forward.cell:
-            raise ValueError(
-                "`backward_layer` must not share the forward layer's cell "
-                f"({self.forward.cell.name!r}): the two directions are independent recurrences "
-                "with weights of their own. Pass a new cell, or leave `backward_layer` out for "
-                "an independent copy of the forward one."
-            )
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.projection_units = projection_units

@@ -112,19 +112,6 @@ def test_layer_argument_must_be_a_kb_cell_or_recurrent(layer):
         kb.Recurrent(layer)
 
 
-def test_directions_must_not_share_a_cell():
-    """One cell for both directions would tie their weights (3 trainable
-    weights instead of 6), silently."""
-    cell = kb.GRUCell(4)
-    for backward in (cell, kb.Recurrent(cell, reverse=True)):
-        with pytest.raises(ValueError, match=r"`backward_layer` must not share the forward layer's cell") as info:
-            kb.Bidirectional(cell, backward_layer=backward)
-        assert repr(cell.name) in str(info.value)
-    bi = kb.Bidirectional(cell, backward_layer=kb.GRUCell(4))
-    bi.build((None, None, 3))
-    assert len(bi.trainable_weights) == 6
-
-
 def test_directions_must_read_their_own_way():
     with pytest.raises(ValueError, match=r"backward layer must have reverse=True"):
         kb.Bidirectional(kb.GRUCell(4), backward_layer=kb.Recurrent(kb.GRUCell(4)))
