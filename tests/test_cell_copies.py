@@ -33,12 +33,19 @@ class _Cube(keras.regularizers.Regularizer):
         return 0.01 * keras.ops.sum(keras.ops.abs(w) ** 3)
 
 
+def _quarter_function(shape, dtype=None):
+    """An initializer that is a plain function."""
+    return keras.ops.full(shape, 0.25, dtype=dtype)
+
+
+@pytest.mark.parametrize("initializer", [_Quarter, lambda: _quarter_function], ids=["object", "function"])
 @pytest.mark.parametrize("builder", ["bidirectional", "stack"])
-def test_copies_keep_objects_keras_cannot_rebuild(builder):
-    """keras.layers.Bidirectional fails to build with either object in its
-    GRU; every copy of ours (backward direction, stacked layers) starts from
-    the initializer's values and adds the regularizer's penalty."""
-    cell = kb.GRUCell(4, kernel_initializer=_Quarter(), kernel_regularizer=_Cube())
+def test_copies_keep_objects_keras_cannot_rebuild(builder, initializer):
+    """keras.layers.Bidirectional fails to build with any of these objects
+    in its GRU; every copy of ours (backward direction, stacked layers)
+    starts from the initializer's values and adds the regularizer's
+    penalty."""
+    cell = kb.GRUCell(4, kernel_initializer=initializer(), kernel_regularizer=_Cube())
     layer = kb.Bidirectional(cell) if builder == "bidirectional" else kb.stacked_bidirectional(cell, (4, 3))
     layer.build((None, None, 3))
     kernels = [np.asarray(c.kernel) for c in _all_cells(layer)]

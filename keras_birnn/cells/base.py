@@ -80,8 +80,8 @@ def _copy_argument(name: str, value, salt: int):
     with `salt`. A Keras initializer without a seed draws one when made, and
     one with a seed draws the same values every time: shared, or remade
     with the same seed, it would start the copy from the same weights."""
-    if not name.endswith("_initializer"):
-        return value
+    if not name.endswith("_initializer") or not hasattr(value, "get_config"):
+        return value  # (a plain function initializer draws afresh at each call)
     try:
         config = value.get_config()
         if salt and isinstance(config.get("seed"), int):
