@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
+import reference as ref
 from birnn_cases import MASK, TRAINING_MODES, make_case
 from test_case import assert_all_close, eager_and_graph, keras_round_trip
 
@@ -51,19 +52,19 @@ def swish(x):
     return x * tf.sigmoid(2.0 * x)
 
 
-def _np_sigmoid(z):
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
+def _scaled(name: str, outer: float = 1.0, inner: float = 1.0) -> tuple:
+    """The oracle's (f, df/dz) pair of `outer * g(inner * z)`, from its own
+    pair for the built-in `g` (`reference.ACTIVATIONS`)."""
+    g, dg = ref.ACTIVATIONS[name]
+    return (lambda z: outer * g(inner * z), lambda z: outer * inner * dg(inner * z))
 
 
-# The oracle's (f, df/dz) pairs for the functions above.
-TWICE_TANH = (lambda z: 2.0 * np.tanh(z), lambda z: 2.0 * (1.0 - np.tanh(z) ** 2))
-SIGMOID_2X = (
-    lambda z: _np_sigmoid(2.0 * z),
-    lambda z: 2.0 * _np_sigmoid(2.0 * z) * (1.0 - _np_sigmoid(2.0 * z)),
-)
-THRICE_RELU = (lambda z: 3.0 * np.maximum(z, 0.0), lambda z: 3.0 * (z > 0))
-HALF_LINEAR = (lambda z: 0.5 * z, lambda z: np.full_like(z, 0.5))
-SOFTER_TANH = (lambda z: np.tanh(0.5 * z), lambda z: 0.5 * (1.0 - np.tanh(0.5 * z) ** 2))
+# The oracle's pairs for the functions above.
+TWICE_TANH = _scaled("tanh", outer=2.0)
+SIGMOID_2X = _scaled("sigmoid", inner=2.0)
+THRICE_RELU = _scaled("relu", outer=3.0)
+HALF_LINEAR = _scaled("linear", outer=0.5)
+SOFTER_TANH = _scaled("tanh", inner=0.5)
 
 # name -> (oracle cell, oracle kwargs, factory of the kb cell)
 CELLS = {
