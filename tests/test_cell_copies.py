@@ -19,6 +19,21 @@ def _all_cells(layer):
     return [d.cell for bi in bidirectionals for d in (bi.forward, bi.backward)]
 
 
+def _assert_all_differ(arrays):
+    """No two of `arrays` of the same shape are (nearly) equal."""
+    for a, first in enumerate(arrays):
+        for b in range(a + 1, len(arrays)):
+            if first.shape == arrays[b].shape:
+                assert not np.allclose(first, arrays[b]), (a, b)
+
+
+def _assert_same(again, first):
+    """Per cell, the same arrays, bit for bit."""
+    for arrays_again, arrays_first in zip(again, first, strict=True):
+        for x, y in zip(arrays_again, arrays_first, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
 class _Quarter(keras.initializers.Initializer):
     """Unregistered: Keras cannot rebuild a cell holding it from a config."""
 
@@ -83,13 +98,8 @@ def test_copies_draw_their_own_dropout_masks(builder):
     for kind in (0, 1):
         drawn = [m[kind] for m in masks]
         assert all(0.0 < np.mean(m == 0) < 1.0 for m in drawn)
-        for a in range(len(drawn)):
-            for b in range(a + 1, len(drawn)):
-                if drawn[a].shape == drawn[b].shape:
-                    assert not np.array_equal(drawn[a], drawn[b]), (kind, a, b)
-    for again, first in zip(build(), masks):
-        for m_again, m_first in zip(again, first):
-            np.testing.assert_array_equal(m_again, m_first)
+        _assert_all_differ(drawn)
+    _assert_same(build(), masks)
 
 
 @pytest.mark.parametrize("builder", ["bidirectional", "stack"])
@@ -113,11 +123,5 @@ def test_copies_of_seeded_initializers_start_from_their_own_weights(builder):
     kernels = build()
     np.testing.assert_array_equal(kernels[0][0], np.asarray(keras.initializers.GlorotUniform(seed=7)((8, 12))))
     for kind in (0, 1):
-        drawn = [k[kind] for k in kernels]
-        for a in range(len(drawn)):
-            for b in range(a + 1, len(drawn)):
-                if drawn[a].shape == drawn[b].shape:
-                    assert not np.allclose(drawn[a], drawn[b]), (kind, a, b)
-    for again, first in zip(build(), kernels):
-        np.testing.assert_array_equal(again[0], first[0])
-        np.testing.assert_array_equal(again[1], first[1])
+        _assert_all_differ([k[kind] for k in kernels])
+    _assert_same(build(), kernels)
