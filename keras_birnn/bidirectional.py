@@ -134,17 +134,10 @@ def _reversed_copy(forward: Recurrent) -> Recurrent:
     """An independent copy of `forward` that runs in reverse: its cell keeps
     the forward cell's objects, starts from weights of its own and derives
     its seeds (`clone_config(salt=1)`)."""
+    config = forward.config_without_cell()
+    config.update(reverse=True, name="backward_" + forward.name.removeprefix("forward_"))
     cell = forward.cell
-    return Recurrent(
-        type(cell).from_config(cell.clone_config(salt=1)),
-        reverse=True,
-        return_sequences=forward.return_sequences,
-        return_state=forward.return_state,
-        initial_state=forward.initial_state,
-        name="backward_" + forward.name.removeprefix("forward_"),
-        trainable=forward.trainable,
-        dtype=forward.dtype_policy,
-    )
+    return Recurrent(type(cell).from_config(cell.clone_config(salt=1)), **config)
 
 
 def _cast_result(result: recurrence.DirectionResult, dtype) -> recurrence.DirectionResult:

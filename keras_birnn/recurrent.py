@@ -270,10 +270,16 @@ class Recurrent(keras.layers.Layer):
         return output
 
     def get_config(self) -> dict:
+        config = self.config_without_cell()
+        config["cell"] = keras.saving.serialize_keras_object(self.cell)
+        return config
+
+    def config_without_cell(self) -> dict:
+        """`get_config()` but for the cell, which a copy made in this
+        process takes as an object (`RecurrentCell.clone_config`)."""
         config = super().get_config()
         config.update(
             {
-                "cell": keras.saving.serialize_keras_object(self.cell),
                 "reverse": self.reverse,
                 "return_sequences": self.return_sequences,
                 "return_state": self.return_state,
