@@ -102,8 +102,9 @@ def export_saved_model(
     The written graph is checked: ops in `FORBIDDEN_OPS` (Python callbacks,
     cuDNN-only kernels), ops unknown to core TensorFlow, or functions that
     must be XLA-compiled make the export fail. The recurrences trace as plain
-    `While` loops (`recurrence.xla_disabled()`), so serving needs no XLA JIT. The version folder appears atomically (written under a temporary
-    name, then renamed), so a watching model server never sees half of it.
+    `While` loops (`recurrence.xla_disabled()`), so serving needs no XLA JIT.
+    The version folder appears atomically (written under a temporary name,
+    then renamed), so a watching model server never sees half of it.
 
     Args:
         model: A built Keras model with one input. Models with an `Input`

@@ -334,7 +334,8 @@ def plot_direction_norms(
     positions = np.arange(steps)
     for axis, r in zip(axes[:, 0], rows):
         valid = norms.mask[r]
-        for values, label, marker in ((norms.forward[r], "forward |h_f|", "o"), (norms.backward[r], "backward |h_b|", "s")):
+        directions = ((norms.forward[r], "forward |h_f|", "o"), (norms.backward[r], "backward |h_b|", "s"))
+        for values, label, marker in directions:
             axis.plot(positions, np.where(valid, values, np.nan), marker=marker, label=label)
         for t in positions[~valid]:
             axis.axvspan(t - 0.5, t + 0.5, color="0.9", zorder=0)

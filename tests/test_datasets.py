@@ -72,7 +72,8 @@ def test_read_conllu_from_a_file_tolerates_crlf_bom_and_no_final_blank_line(tmp_
 
 
 def test_several_blank_lines_and_comments_between_sentences():
-    text = EWT_LINES.replace("\n\n# sent_id = weblog-blogspot.com_healingiraq", "\n\n\n# newdoc\n# sent_id = weblog-blogspot.com_healingiraq")
+    second = "# sent_id = weblog-blogspot.com_healingiraq"
+    text = EWT_LINES.replace("\n\n" + second, "\n\n\n# newdoc\n" + second)
     assert parse_conllu(text) == [THATS_FINE, IRAQIS]
     assert parse_conllu("") == []
     assert parse_conllu("# only a comment\n\n") == []

@@ -144,7 +144,8 @@ def test_pos_tagger_savedmodel_serves_strings_to_tags_in_a_fresh_process(pos_run
     """))
     # The Keras model on the same sentences, encoded by the training pipeline.
     model = result["models"][result["best"]]
-    encoded = pos.EncodedSet([(s, ["X"] * len(s), ["_"] * len(s)) for s in sentences], result["encoder"], result["tags"])
+    unlabelled = [(s, ["X"] * len(s), ["_"] * len(s)) for s in sentences]
+    encoded = pos.EncodedSet(unlabelled, result["encoder"], result["tags"])
     predicted = pos.predict_tags(model, encoded)
     (words, chars), _ = encoded.batch(list(range(len(sentences))))
     keras_probs = np.asarray(model((words, chars), training=False))

@@ -58,7 +58,8 @@ def stack_with_oracle(cell, units, features=F, seed=0, kb_cell=None, oracle_kwar
         norm = None
         out_width = 2 * units[k] if kwargs.get("merge_mode", "concat") == "concat" else units[k]
         if kwargs.get("layer_norm"):
-            norm = [rng.uniform(0.5, 1.5, out_width).astype("float32"), rng.uniform(-0.5, 0.5, out_width).astype("float32")]
+            gamma = rng.uniform(0.5, 1.5, out_width).astype("float32")
+            norm = [gamma, rng.uniform(-0.5, 0.5, out_width).astype("float32")]
             stack.norms[k].set_weights(norm)
         layers.append((fw, bw, norm))
         width = out_width
