@@ -82,7 +82,12 @@ class DirectionResult(NamedTuple):
     final_states: List[tf.Tensor]
 
 
-_ACCUMULATE = tf.float32
+def _accumulation_dtype(dtype) -> tf.DType:
+    """The dtype the sums over time are taken in: at least float32 (in
+    float16 a thousand-step sum loses several percent), and never narrower
+    than the layer's own (a float64 layer keeps float64 gradients)."""
+    dtype = tf.as_dtype(dtype)
+    return dtype if dtype.size >= 4 else tf.float32
 
 _DIFFERENTIABLE = ("inputs", "kernel", "input_bias", "recurrent_kernel", "recurrent_bias")
 
@@ -591,24 +596,26 @@ def _bulk_gradients(directions, memory, records, d_initial) -> list:
         grads.append(tf.transpose(d_inputs, [1, 0, 2]))
         grads.append(_summed_matmul(tf.reshape(inputs_tm, [-1, d.kernel.shape[0]]), flat_dp, d.kernel.dtype))
         if d.input_bias is not None:
-            grads.append(tf.cast(column_sum(tf.cast(flat_dp, _ACCUMULATE)), d.input_bias.dtype))
+            accumulate = _accumulation_dtype(flat_dp.dtype)
+            grads.append(tf.cast(column_sum(tf.cast(flat_dp, accumulate)), d.input_bias.dtype))
         grads.extend(_recurrent_gradients(d, kept[1], flat_record))
         grads.extend(d_init)
     return grads
 
 
 def _summed_matmul(a, b, dtype):
-    """`a^T b`, a sum over every step and row, accumulated in float32: in
-    float16 a thousand-step sum loses several percent."""
-    return tf.cast(tf.matmul(tf.cast(a, _ACCUMULATE), tf.cast(b, _ACCUMULATE), transpose_a=True), dtype)
+    """`a^T b`, a sum over every step and row (`_accumulation_dtype`)."""
+    accumulate = _accumulation_dtype(b.dtype)
+    return tf.cast(tf.matmul(tf.cast(a, accumulate), tf.cast(b, accumulate), transpose_a=True), dtype)
 
 
 def _recurrent_gradients(d: Direction, incoming_h, flat_record) -> list:
     """The recurrent kernel's (and bias's) gradient from the incoming states
     kept by the forward loop, summed over all steps in one matmul."""
     h_in = incoming_h if d.state_mask is None else incoming_h * d.state_mask
-    h_in = tf.cast(tf.reshape(h_in, [-1, d.recurrent_kernel.shape[0]]), _ACCUMULATE)
-    d_kernel, d_bias = d.math.kernel_gradient(h_in, tf.cast(flat_record, _ACCUMULATE))
+    accumulate = _accumulation_dtype(flat_record.dtype)
+    h_in = tf.cast(tf.reshape(h_in, [-1, d.recurrent_kernel.shape[0]]), accumulate)
+    d_kernel, d_bias = d.math.kernel_gradient(h_in, tf.cast(flat_record, accumulate))
     grads = [tf.cast(d_kernel, d.recurrent_kernel.dtype)]
     if d.recurrent_bias is not None:
         grads.append(tf.cast(d_bias, d.recurrent_bias.dtype))

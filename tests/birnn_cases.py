@@ -142,7 +142,8 @@ class Case:
                 names.append(("projection", k))
                 variables.append(var)
         variables += list(extra_variables)
-        d_output = keras.tree.map_structure(lambda v: tf.constant(v, tf.float32), d_output)
+        dtype = bi.compute_dtype  # float32, or float64 under a float64 policy
+        d_output = keras.tree.map_structure(lambda v: tf.constant(v, dtype), d_output)
 
         def compute(x, mask, initial_state):
             with tf.GradientTape() as tape:
@@ -158,9 +159,9 @@ class Case:
             sources = [variables, x] + ([initial_state] if initial_state is not None else [])
             return tape.gradient(total, sources)
 
-        x = tf.constant(self.x)
+        x = tf.constant(self.x, dtype)
         mask_t = None if mask is None else tf.constant(np.asarray(mask, bool))
-        init = None if initial_state is None else [tf.constant(s, tf.float32) for s in initial_state]
+        init = None if initial_state is None else [tf.constant(s, dtype) for s in initial_state]
         args = [x] + ([mask_t] if mask_t is not None else []) + ([init] if init is not None else [])
 
         def call(*args):
@@ -170,11 +171,11 @@ class Case:
             return compute(args[0], m, i)
 
         if graph:
-            spec = [tf.TensorSpec([None, None, F], tf.float32)]
+            spec = [tf.TensorSpec([None, None, F], dtype)]
             if mask_t is not None:
                 spec.append(tf.TensorSpec([None, None], tf.bool))
             if init is not None:
-                spec.append([tf.TensorSpec([None, s.shape[-1]], tf.float32) for s in init])
+                spec.append([tf.TensorSpec([None, s.shape[-1]], dtype) for s in init])
             call = tf.function(call, input_signature=spec)
         grads = call(*args)
         out = {"fw": {}, "bw": {}, "projection": {}}
