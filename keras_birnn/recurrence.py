@@ -46,6 +46,8 @@ import functools
 from typing import Any, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
+from tensorflow.python.eager import forwardprop_util
+from tensorflow.python.ops import gradients_util
 
 from keras_birnn.cells.base import RecurrentCell, column_sum
 
@@ -112,17 +114,22 @@ def run(
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
     split = len(directions) > 1 and _runs_concurrently()
 
-    if _XLA.enabled and not tf.executing_eagerly():
+    flat = _flatten(directions)
+    if _forward_mode(flat):
+        runner = functools.partial(_plain_loop, static)
+    elif _XLA.enabled and not tf.executing_eagerly() and not _higher_order(flat):
         runner = _compiled_runner(static, split)
     else:
         # Eagerly the custom gradient goes on the tape directly: a gradient
         # taken through the cached tf.function after it had been traced in
         # another graph (model.fit) failed with "TensorList crossing the
-        # XLA/TF boundary".
+        # XLA/TF boundary". So it does in graphs where a gradient may be
+        # differentiated again: the second-order gradient (`_bptt`) must be
+        # built in the caller's graph, which a function's gradient is not.
         runner = functools.partial(_differentiable_loop, static, _XLA.enabled, split)
 
     def loop():
-        return runner(_flatten(directions), mask if mask is not None else no_mask)
+        return runner(flat, mask if mask is not None else no_mask)
 
     def no_steps():
         # A zero-length sequence: nothing read, so the boundary states stand.
@@ -137,6 +144,28 @@ def run(
     else:
         flat_out = loop() if steps > 0 else no_steps()
     return _unflatten_outputs(flat_out, directions, return_sequences)
+
+
+def _higher_order(flat) -> bool:
+    """Whether a gradient of these tensors may be differentiated again (two
+    tapes, or a persistent one, are watching them)."""
+    return gradients_util.PossibleTapeGradientTypes(flat) == gradients_util.POSSIBLE_GRADIENT_TYPES_HIGHER_ORDER
+
+
+def _forward_mode(flat) -> bool:
+    """Whether a `tf.autodiff.ForwardAccumulator` carries tangents of these
+    tensors: TensorFlow pushes tangents through a plain loop's ops, but not
+    through a custom gradient (it would silently report no tangent)."""
+    return bool(forwardprop_util.pack_tangents(flat).tangents)
+
+
+def _plain_loop(static, flat, mask):
+    """The forward loop as plain TensorFlow ops, without custom gradient or
+    XLA: for forward-mode derivatives, which TensorFlow takes op by op."""
+    specs, has_mask, return_sequences, _ = static
+    directions = _unflatten(list(flat), specs)
+    sequences, final_states, _ = _forward_loop(directions, mask if has_mask else None, return_sequences, False)
+    return _flatten_outputs(sequences, final_states, return_sequences)
 
 
 class _XLA:
@@ -234,28 +263,81 @@ def _differentiable_loop(static, xla, split, flat, mask):
     With `keep` (training) the forward loop keeps what BPTT needs; without it
     (inference) it keeps nothing, and a gradient asked for anyway recomputes
     the forward loop first. The state masks (recurrent dropout) are constants.
+    The BPTT is itself differentiable (`_bptt`), for gradient penalties and
+    forward-mode derivatives.
     """
     forward, recompute, backward = _loop_functions(static, xla, split)
     keep = static[3]
     constant = _state_mask_positions(static[0])
 
     @tf.custom_gradient
-    def recurrence(*flat_inputs):
+    def recurrence(*originals):
         # stop_gradient: an active tape must not record the loops themselves
         # (it would ask the XLA function for its TensorList intermediates);
         # `grad` below is the only way back.
-        flat_inputs = [tf.stop_gradient(t) for t in flat_inputs]
+        flat_inputs = [tf.stop_gradient(t) for t in originals]
         flat_out, memory = forward(flat_inputs, mask)
 
-        def grad(*d_flat_out):
+        def fast_gradients(d_flat_out):
             kept = memory if keep else recompute(flat_inputs, mask)[1]
+            return backward(flat_inputs, mask, kept, d_flat_out)
+
+        def grad(*d_flat_out):
             d_flat_out = [tf.zeros_like(o) if g is None else g for g, o in zip(d_flat_out, flat_out)]
-            grads = iter(backward(flat_inputs, mask, kept, d_flat_out))
-            return [None if k in constant else next(grads) for k in range(len(flat_inputs))]
+            grads = iter(_bptt(static, fast_gradients, list(originals), mask, d_flat_out, constant))
+            return [None if k in constant else next(grads) for k in range(len(originals))]
 
         return flat_out, grad
 
     return recurrence(*flat)
+
+
+def _bptt(static, fast_gradients, flat, mask, d_flat_out, constant) -> list:
+    """The gradients of the non-constant inputs, by the fast hand-written
+    BPTT; differentiating them again (a gradient penalty, a Hessian-vector
+    product, `tf.autodiff.ForwardAccumulator`) goes through
+    `_autodiff_gradients` instead, which TensorFlow can differentiate to any
+    order (the compiled loops cannot be differentiated at all)."""
+    n = len(flat)
+
+    @tf.custom_gradient
+    def bptt(*flat_and_d_out):
+        d_out = [tf.stop_gradient(g) for g in flat_and_d_out[n:]]
+
+        def second_order(*upstream):
+            with tf.GradientTape() as tape:
+                slots = _distinct(flat_and_d_out, tape)
+                first = _autodiff_gradients(static, slots[:n], mask, slots[n:], constant)
+            upstream = [tf.zeros_like(f) if u is None else u for u, f in zip(upstream, first)]
+            return tape.gradient(first, slots, output_gradients=upstream)
+
+        return fast_gradients(d_out), second_order
+
+    return bptt(*flat, *d_flat_out)
+
+
+def _autodiff_gradients(static, flat, mask, d_flat_out, constant) -> list:
+    """What the BPTT computes, by autodiff through the forward loop run as
+    plain TensorFlow (slower; used only to differentiate gradients)."""
+    specs, has_mask, return_sequences, _ = static
+    with tf.GradientTape() as tape:
+        flat = _distinct(flat, tape)
+        directions = _unflatten(flat, specs)
+        sequences, final_states, _ = _forward_loop(directions, mask if has_mask else None, return_sequences, False)
+        flat_out = _flatten_outputs(sequences, final_states, return_sequences)
+    variables = [t for k, t in enumerate(flat) if k not in constant]
+    return tape.gradient(
+        flat_out, variables, output_gradients=d_flat_out, unconnected_gradients=tf.UnconnectedGradients.ZERO
+    )
+
+
+def _distinct(tensors, tape) -> list:
+    """A watched copy of each tensor: one tensor may fill several slots (both
+    directions read the same inputs), and a tape asked for the gradient of
+    each slot would give every one of them the sum over all."""
+    copies = [tf.identity(t) for t in tensors]
+    tape.watch(copies)
+    return copies
 
 
 def _flat_size(spec) -> int:
@@ -561,12 +643,20 @@ def _unflatten_outputs(flat_out, directions, return_sequences):
         seq = None
         if return_sequences:
             seq, pos = flat_out[pos], pos + 1
-            seq = tf.ensure_shape(seq, d.inputs.shape[:2].concatenate(state_shape[-1:]))
+            seq = _with_static_shape(seq, d.inputs.shape[:2].concatenate(state_shape[-1:]))
         n = len(d.initial_states)
-        states = [tf.ensure_shape(s, i.shape) for s, i in zip(flat_out[pos : pos + n], d.initial_states)]
+        states = [_with_static_shape(s, i.shape) for s, i in zip(flat_out[pos : pos + n], d.initial_states)]
         results.append(DirectionResult(seq, states))
         pos += n
     return results
+
+
+def _with_static_shape(tensor, shape):
+    """`tensor` with what is statically known of its shape merged in (no op:
+    `tf.ensure_shape` has no forward-mode derivative in graphs)."""
+    if not tf.executing_eagerly():  # an eager tensor knows its whole shape
+        tensor.set_shape(shape)
+    return tensor
 
 
 def _split_output_grads(directions, return_sequences, d_flat_out):

@@ -1,0 +1,197 @@
+"""Gradients of gradients and forward-mode derivatives.
+
+A gradient penalty (the norm of the input gradient, differentiated with
+respect to the weights), a persistent tape asked twice, a Hessian-vector
+product and `tf.autodiff.ForwardAccumulator` all differentiate through the
+layer in ways the first-order BPTT does not: they failed with "TensorList
+crossing the XLA/TF boundary" (second order) or returned no tangent at all
+(forward mode). The oracles: Keras's layers with the same weights (which
+TensorFlow differentiates op by op), central differences of the first-order
+gradient, and the adjoint identity <J v, u> = <v, J^T u>. Everything runs in
+float64 so that the tolerances can be tight.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_birnn as kb
+
+B, T, F, U = 3, 5, 2, 3
+
+CELLS = {
+    "gru": (lambda: kb.GRUCell(U), lambda: keras.layers.GRU(U, return_sequences=True)),
+    "gru_reset_before": (
+        lambda: kb.GRUCell(U, reset_after=False),
+        lambda: keras.layers.GRU(U, reset_after=False, return_sequences=True),
+    ),
+    "lstm": (lambda: kb.LSTMCell(U), lambda: keras.layers.LSTM(U, return_sequences=True)),
+    "simple": (lambda: kb.SimpleRNNCell(U), lambda: keras.layers.SimpleRNN(U, return_sequences=True)),
+}
+# Right padding, left padding with a hole, full.
+MASK = np.array([[1, 1, 1, 0, 0], [0, 1, 0, 1, 1], [1, 1, 1, 1, 1]], bool)
+
+
+@pytest.fixture(autouse=True)
+def float64_policy():
+    try:
+        keras.mixed_precision.set_global_policy("float64")
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _pair(cell_name, seed=0):
+    """Ours and Keras's bidirectional layer with the same random weights."""
+    ours_cell, keras_cell = CELLS[cell_name]
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(B, T, F)))
+    ours = kb.Bidirectional(ours_cell(), return_sequences=True)
+    theirs = keras.layers.Bidirectional(keras_cell())
+    ours(x), theirs(x)
+    weights = [rng.normal(size=w.shape) * 0.5 for w in ours.get_weights()]
+    ours.set_weights(weights)
+    theirs.set_weights(weights)
+    return ours, theirs, x
+
+
+def _maybe_graph(fn, graph):
+    return tf.function(fn) if graph else fn
+
+
+def _penalty(layer, x, mask=None):
+    """sum((d/dx sum(y^2))^2): the input-gradient norm of WGAN-GP and of
+    input-gradient regularisation."""
+    with tf.GradientTape() as inner:
+        inner.watch(x)
+        y = tf.reduce_sum(layer(x, mask=mask, training=True) ** 2)
+    return tf.reduce_sum(inner.gradient(y, x) ** 2)
+
+
+def _penalty_gradients(layer, x, mask=None):
+    with tf.GradientTape() as outer:
+        penalty = _penalty(layer, x, mask)
+    return outer.gradient(penalty, layer.trainable_variables)
+
+
+def _assert_all_close(actual, expected, atol=1e-10, rtol=1e-8):
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a is not None
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("cell_name", list(CELLS))
+def test_gradient_penalty_matches_keras(cell_name, graph):
+    ours, theirs, x = _pair(cell_name)
+    expected = _penalty_gradients(theirs, x)
+    actual = _maybe_graph(lambda: _penalty_gradients(ours, x), graph)()
+    _assert_all_close(actual, expected)
+    assert max(float(tf.reduce_max(tf.abs(g))) for g in expected) > 1e-3  # not a trivial zero
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_gradient_penalty_with_padding_against_central_differences(graph):
+    """Masked rows (right padding, left padding with a hole): Keras's
+    layers carry outputs through padding, so the oracle is numerical."""
+    ours, _, x = _pair("lstm", seed=1)
+    mask = tf.constant(MASK)
+    grads = _maybe_graph(lambda: _penalty_gradients(ours, x, mask), graph)()
+    for variable, grad in zip(ours.trainable_variables[:3], grads[:3]):
+        start = variable.numpy()
+        for index in [(0,) * grad.ndim, (1,) * grad.ndim]:
+            values = []
+            for step in (1e-6, -1e-6):
+                moved = start.copy()
+                moved[index] += step
+                variable.assign(moved)
+                values.append(float(_penalty(ours, x, mask)))
+            variable.assign(start)
+            numeric = (values[0] - values[1]) / 2e-6
+            np.testing.assert_allclose(float(grad[index]), numeric, atol=1e-7, rtol=1e-6)
+
+
+def test_persistent_tape_asked_twice_matches_keras():
+    ours, theirs, x = _pair("gru", seed=2)
+    results = []
+    for layer in (ours, theirs):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(layer(x, training=True) ** 2)
+            input_gradient = tape.gradient(y, x)
+            penalty = tf.reduce_sum(input_gradient**2)
+        results.append(tape.gradient(penalty, layer.trainable_variables) + [input_gradient])
+        del tape
+    _assert_all_close(*results)
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("cell_name", ["gru", "lstm"])
+def test_forward_mode_jvp_matches_keras(cell_name, graph):
+    ours, theirs, x = _pair(cell_name, seed=3)
+    tangent = tf.constant(np.random.default_rng(4).normal(size=x.shape))
+
+    def jvp(layer):
+        with tf.autodiff.ForwardAccumulator(x, tangent) as accumulator:
+            y = layer(x)
+        return accumulator.jvp(y)
+
+    expected = jvp(theirs)
+    _assert_all_close([_maybe_graph(lambda: jvp(ours), graph)()], [expected])
+
+
+def test_forward_mode_jvp_with_padding_is_the_adjoint_of_the_gradient():
+    """<J v, u> = <v, J^T u>, with J^T u the first-order BPTT's input
+    gradient (checked against the NumPy oracle elsewhere)."""
+    ours, _, x = _pair("lstm", seed=5)
+    rng = np.random.default_rng(6)
+    tangent = tf.constant(rng.normal(size=x.shape))
+    cotangent = tf.constant(rng.normal(size=(B, T, 2 * U)))
+    mask = tf.constant(MASK)
+    with tf.autodiff.ForwardAccumulator(x, tangent) as accumulator:
+        y = ours(x, mask=mask)
+    jvp = accumulator.jvp(y)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = ours(x, mask=mask)
+    vjp = tape.gradient(y, x, output_gradients=cotangent)
+    assert jvp is not None
+    np.testing.assert_allclose(float(tf.reduce_sum(jvp * cotangent)), float(tf.reduce_sum(tangent * vjp)), rtol=1e-10)
+    np.testing.assert_array_equal(np.asarray(jvp)[~MASK], 0.0)  # padding outputs zeros, so no tangent
+
+
+def test_hessian_vector_product_forward_over_backward_matches_keras():
+    ours, theirs, x = _pair("lstm", seed=7)
+    target = tf.constant(np.random.default_rng(8).normal(size=(B, T, 2 * U)))
+    products = []
+    for layer in (ours, theirs):
+        variables = layer.trainable_variables
+        backing = [v.value for v in variables]  # the tf.Variables behind Keras's
+        directions = [tf.ones_like(v) * 0.1 for v in backing]
+        with tf.autodiff.ForwardAccumulator(backing, directions) as accumulator:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum((layer(x, training=True) - target) ** 2)
+            gradients = tape.gradient(loss, variables)
+        products.append(accumulator.jvp(gradients))
+    _assert_all_close(*products)
+
+
+def test_first_order_training_keeps_the_fast_path(monkeypatch):
+    """One tape (what `model.fit` uses) never takes the plain loop: the
+    second-order and forward-mode paths cost speed."""
+    from keras_birnn import recurrence
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a first-order gradient took the plain loop")
+
+    monkeypatch.setattr(recurrence, "_plain_loop", refuse)
+    monkeypatch.setattr(recurrence, "_autodiff_gradients", refuse)
+    ours, theirs, x = _pair("gru", seed=9)
+    results = []
+    for layer in (ours, theirs):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x, training=True) ** 2)
+        results.append(tape.gradient(loss, layer.trainable_variables))
+    _assert_all_close(*results)
