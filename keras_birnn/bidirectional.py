@@ -10,7 +10,7 @@ from keras_birnn import recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.functions import serialize_activation
-from keras_birnn.masking import validate_mask
+from keras_birnn.masking import dense_sequence_and_mask, ragged_mask, validate_mask
 from keras_birnn.recurrent import (
     Recurrent,
     check_sequence_input,
@@ -229,6 +229,7 @@ class Bidirectional(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: self.forward.cell.input_dim})
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
+        inputs, mask = dense_sequence_and_mask(inputs, mask)
         inputs = check_sequence_input(inputs, self.name)
         mask = validate_mask(mask, inputs)
         forward_init, backward_init = self._split_initial_state(initial_state)
@@ -289,7 +290,7 @@ class Bidirectional(keras.layers.Layer):
         raise ValueError(WHOLE_SEQUENCE_NEEDED.format(what="be stateful"))
 
     def compute_mask(self, inputs, mask=None):
-        output_mask = mask if self.return_sequences else None
+        output_mask = ragged_mask(inputs, mask) if self.return_sequences else None
         output_masks = [output_mask, output_mask] if self.merge_mode is None else [output_mask]
         if not self.return_state:
             return output_masks if self.merge_mode is None else output_mask

@@ -42,6 +42,44 @@ def validate_mask(mask, inputs) -> Optional[tf.Tensor]:
     return mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
 
 
+def dense_sequence_and_mask(inputs, mask):
+    """`(inputs, mask)` with a `tf.RaggedTensor` batch `[batch, (time),
+    features]` padded with zeros to its longest row, and the mask of its
+    rows' lengths (combined with `mask`, which may be ragged too, as an
+    `Embedding(mask_zero=True)` on ragged ids makes it). Dense inputs pass
+    unchanged (a ragged mask is made dense)."""
+    mask = dense_mask(mask)
+    if not isinstance(inputs, tf.RaggedTensor):
+        return inputs, mask
+    mask = ragged_mask(inputs, mask)
+    return inputs.to_tensor(), mask
+
+
+def ragged_mask(inputs, mask=None):
+    """The mask `dense_sequence_and_mask` gives these inputs (for
+    `compute_mask`: the layers' outputs are dense and carry it)."""
+    mask = dense_mask(mask)
+    if not isinstance(inputs, tf.RaggedTensor):
+        return mask
+    if inputs.ragged_rank != 1 or inputs.shape.rank != 3:
+        raise ValueError(
+            "A ragged input must be [batch, (time), features], ragged along time only; received "
+            f"shape {inputs.shape} with ragged_rank {inputs.ragged_rank}."
+        )
+    lengths_mask = tf.sequence_mask(inputs.row_lengths(), inputs.bounding_shape(axis=1))
+    if mask is None:
+        return lengths_mask
+    mask = mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
+    return tf.logical_and(validate_mask(mask, lengths_mask[..., None]), lengths_mask)
+
+
+def dense_mask(mask):
+    """A ragged mask padded with False (zeros); others unchanged."""
+    if isinstance(mask, tf.RaggedTensor):
+        return mask.to_tensor(default_value=tf.zeros([], mask.dtype))
+    return mask
+
+
 def lengths_to_mask(lengths, max_length) -> tf.Tensor:
     """Right-padding mask `[batch, max_length]` from per-row lengths.
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 from keras import initializers
 
 from keras_birnn.api_export import keras_birnn_export
+from keras_birnn.masking import dense_mask, dense_sequence_and_mask
 
 
 def _is_sequence_list(inputs) -> bool:
@@ -31,7 +32,7 @@ def _combined_mask(mask) -> Optional[tf.Tensor]:
     for m in masks:
         if m is None:
             continue
-        m = tf.convert_to_tensor(m)
+        m = tf.convert_to_tensor(dense_mask(m))
         if m.shape.rank != 2:
             continue
         m = m if m.dtype == tf.bool else tf.not_equal(m, 0)
@@ -54,6 +55,9 @@ def _sequence_and_mask(inputs, mask, layer_name):
             )
         sequence = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
     else:
+        if isinstance(inputs, tf.RaggedTensor):
+            inputs, lengths_mask = dense_sequence_and_mask(inputs, None)
+            mask = [lengths_mask] + (list(mask) if isinstance(mask, (list, tuple)) else [mask])
         sequence = tf.convert_to_tensor(inputs)
         if sequence.shape.rank != 3:
             raise ValueError(

@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras_birnn import recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.masking import validate_mask, zero_padding
+from keras_birnn.masking import dense_sequence_and_mask, ragged_mask, validate_mask, zero_padding
 
 InitialState = Union[str, float]
 
@@ -230,6 +230,7 @@ class Recurrent(keras.layers.Layer):
     # --- Keras layer protocol ------------------------------------------------
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
+        inputs, mask = dense_sequence_and_mask(inputs, mask)
         inputs = check_sequence_input(inputs, self.name)
         mask = validate_mask(mask, inputs)
         direction = self.direction(inputs, mask, initial_state, training)
@@ -256,7 +257,7 @@ class Recurrent(keras.layers.Layer):
         return self.cell(inputs, states, training=training)
 
     def compute_mask(self, inputs, mask=None):
-        output_mask = mask if self.return_sequences else None
+        output_mask = ragged_mask(inputs, mask) if self.return_sequences else None
         if self.return_state:
             return [output_mask] + [None] * self.cell.state_count
         return output_mask

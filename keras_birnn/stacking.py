@@ -15,7 +15,7 @@ import tensorflow as tf
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
-from keras_birnn.masking import validate_mask, zero_padding
+from keras_birnn.masking import dense_sequence_and_mask, ragged_mask, validate_mask, zero_padding
 from keras_birnn.recurrent import check_sequence_input
 
 CELL_TYPES = {"gru": GRUCell, "lstm": LSTMCell, "simple": SimpleRNNCell}
@@ -286,6 +286,7 @@ class StackedBidirectional(keras.layers.Layer):
         return tf.where(has_steps, y, tf.zeros_like(y))
 
     def call(self, inputs, mask=None, training=None):
+        inputs, mask = dense_sequence_and_mask(inputs, mask)
         x = check_sequence_input(inputs, self.name)
         mask = validate_mask(mask, x)
         for k in range(len(self.bidirectionals)):
@@ -297,6 +298,7 @@ class StackedBidirectional(keras.layers.Layer):
         (after the blocks below it and the dropout before it)."""
         if not 0 <= index < len(self.bidirectionals):
             raise ValueError(f"`index` must be in [0, {len(self.bidirectionals)}), received {index}.")
+        inputs, mask = dense_sequence_and_mask(inputs, mask)
         x = check_sequence_input(inputs, self.name)
         if not self.built:
             self.build(tuple(x.shape))
@@ -308,7 +310,7 @@ class StackedBidirectional(keras.layers.Layer):
         return x
 
     def compute_mask(self, inputs, mask=None):
-        return mask if self.return_sequences else None
+        return ragged_mask(inputs, mask) if self.return_sequences else None
 
     def compute_output_shape(self, input_shape):
         width = input_shape[-1]

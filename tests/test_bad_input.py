@@ -548,3 +548,11 @@ def test_tampered_config_is_refused_with_the_reason(tmp_path, name):
             keras.saving.load_model(path, safe_mode=safe_mode)
         assert re.search(message, str(info.value).splitlines()[-1]), str(info.value)[-400:]
     assert not sentinel.exists()
+
+
+def test_ragged_along_features_is_refused():
+    nested = tf.RaggedTensor.from_nested_row_lengths(tf.zeros([6]), [[2, 1], [1, 2, 3]])
+    layer = kb.Bidirectional(kb.GRUCell(4))
+    layer.build((None, None, 3))
+    with pytest.raises(ValueError, match="ragged along time only.*ragged_rank 2"):
+        layer(nested)
