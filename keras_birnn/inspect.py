@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from keras_birnn import recurrence
 from keras_birnn.bidirectional import Bidirectional
-from keras_birnn.masking import validate_mask
+from keras_birnn.masking import dense_sequence_and_mask, validate_mask
 from keras_birnn.recurrent import check_sequence_input
 from keras_birnn.stacking import StackedBidirectional
 
@@ -132,6 +132,8 @@ def _node_input(model, target):
 
 def _resolve(layer_or_model, inputs, mask, layer):
     """Returns (kb.Bidirectional, its input tensor, its mask) for `inputs`."""
+    if isinstance(layer_or_model, (Bidirectional, StackedBidirectional)):
+        inputs, mask = dense_sequence_and_mask(inputs, mask)  # ragged rows: padded, lengths as mask
     if isinstance(layer_or_model, Bidirectional):
         if layer is not None:
             raise ValueError("`layer=` selects inside a model or a stack; a kb.Bidirectional was given.")
