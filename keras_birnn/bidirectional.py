@@ -14,6 +14,7 @@ from keras_birnn.masking import dense_sequence_and_mask, ragged_mask, validate_m
 from keras_birnn.recurrent import (
     Recurrent,
     check_sequence_input,
+    keras_equivalent,
     parse_initial_state,
     zero_empty_rows,
 )
@@ -120,7 +121,7 @@ def _as_recurrent(layer, reverse: bool, initial_state, role: str, dtype=None) ->
     if not isinstance(layer, Recurrent):
         raise TypeError(
             f"`{'layer' if role == 'forward' else 'backward_layer'}` must be a keras_birnn cell "
-            f"(e.g. kb.GRUCell(64)) or a kb.Recurrent, received {layer!r}."
+            f"(e.g. kb.GRUCell(64)) or a kb.Recurrent, received {layer!r}.{keras_equivalent(layer)}"
         )
     if layer.reverse != reverse:
         raise ValueError(

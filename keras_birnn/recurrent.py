@@ -47,9 +47,25 @@ def deserialize_cell(cell: Any) -> RecurrentCell:
     if not isinstance(cell, RecurrentCell):
         raise TypeError(
             "`cell` must be a keras_birnn cell (kb.SimpleRNNCell, kb.GRUCell, kb.LSTMCell), "
-            f"received {cell!r}."
+            f"received {cell!r}.{keras_equivalent(cell)}"
         )
     return cell
+
+
+_KERAS_TWINS = {"SimpleRNN": "SimpleRNNCell", "GRU": "GRUCell", "LSTM": "LSTMCell"}
+
+
+def keras_equivalent(layer) -> str:
+    """For an error message: the keras_birnn cell that stands in for a
+    Keras recurrent layer or cell (same arguments, same weight layout)."""
+    name = type(layer).__name__.removesuffix("Cell")
+    cell = getattr(layer, "cell", layer)
+    if name not in _KERAS_TWINS or not type(layer).__module__.startswith("keras"):
+        return ""
+    return (
+        f" For Keras's {type(layer).__name__}, use kb.{_KERAS_TWINS[name]}({getattr(cell, 'units', '...')}, ...): "
+        "Keras's cell arguments and weight layout (return_sequences and return_state go on the kb layer)."
+    )
 
 
 class LearnedBoundaryState(keras.layers.Layer):

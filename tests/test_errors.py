@@ -106,6 +106,9 @@ def test_layer_argument_must_be_a_kb_cell_or_recurrent(layer):
     with pytest.raises(TypeError, match=r"`layer` must be a keras_birnn cell") as info:
         kb.Bidirectional(layer)
     assert repr(layer) in str(info.value)
+    # Keras's recurrent layers and cells are named with the kb cell that takes their place.
+    hint = "For Keras's {}, use kb.GRUCell(4, ...)".format(type(layer).__name__)
+    assert (hint in str(info.value)) == isinstance(layer, (keras.layers.GRU, keras.layers.GRUCell))
     with pytest.raises(TypeError, match=r"`backward_layer` must be a keras_birnn cell"):
         kb.Bidirectional(kb.GRUCell(4), backward_layer=layer)
     with pytest.raises(TypeError, match=r"`cell` must be a keras_birnn cell"):
