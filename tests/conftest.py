@@ -12,3 +12,13 @@ def _seeded():
     # Seeds only: keras.backend.clear_session() after every test cost ~0.4 s
     # each, and no test depends on Keras's global name counters.
     keras.utils.set_random_seed(1234)
+
+
+@pytest.fixture
+def float64_policy():
+    """Every layer built in the test computes and keeps its weights in float64."""
+    try:
+        keras.mixed_precision.set_global_policy("float64")
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

@@ -21,15 +21,6 @@ from test_case import assert_all_close
 ATOL, RTOL = 1e-11, 1e-9
 
 
-@pytest.fixture
-def float64_policy():
-    try:
-        keras.mixed_precision.set_global_policy("float64")
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-
-
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("cell_name", list(CELLS))
 def test_outputs_and_gradients_match_the_oracle_to_float64_precision(float64_policy, cell_name, graph):

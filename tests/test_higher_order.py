@@ -33,13 +33,7 @@ CELLS = {
 MASK = np.array([[1, 1, 1, 0, 0], [0, 1, 0, 1, 1], [1, 1, 1, 1, 1]], bool)
 
 
-@pytest.fixture(autouse=True)
-def float64_policy():
-    try:
-        keras.mixed_precision.set_global_policy("float64")
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
+pytestmark = pytest.mark.usefixtures("float64_policy")  # conftest.py
 
 
 def _pair(cell_name, seed=0):
