@@ -38,7 +38,10 @@ first, the backward one from the first to the last) and records each
 step's gate gradients. Every
 gradient that is a sum over time (input and recurrent kernels, biases) and
 the inputs' gradient are then single large matmuls over all steps at once,
-outside the compiled loop.
+outside the compiled loop. Differentiating those gradients again (a gradient
+penalty) goes through autodiff of the plain forward loop (`_bptt`); under a
+`tf.autodiff.ForwardAccumulator` the plain loop runs instead of all this
+(`_plain_loop`), as TensorFlow carries no tangent through a custom gradient.
 """
 
 import contextlib
@@ -264,7 +267,7 @@ def _differentiable_loop(static, xla, split, flat, mask):
     (inference) it keeps nothing, and a gradient asked for anyway recomputes
     the forward loop first. The state masks (recurrent dropout) are constants.
     The BPTT is itself differentiable (`_bptt`), for gradient penalties and
-    forward-mode derivatives.
+    other derivatives of gradients.
     """
     forward, recompute, backward = _loop_functions(static, xla, split)
     keep = static[3]
@@ -294,10 +297,10 @@ def _differentiable_loop(static, xla, split, flat, mask):
 
 def _bptt(static, fast_gradients, flat, mask, d_flat_out, constant) -> list:
     """The gradients of the non-constant inputs, by the fast hand-written
-    BPTT; differentiating them again (a gradient penalty, a Hessian-vector
-    product, `tf.autodiff.ForwardAccumulator`) goes through
-    `_autodiff_gradients` instead, which TensorFlow can differentiate to any
-    order (the compiled loops cannot be differentiated at all)."""
+    BPTT; differentiating them again (a gradient penalty, a persistent tape
+    asked twice) goes through `_autodiff_gradients` instead, which
+    TensorFlow can differentiate to any order (the compiled loops cannot be
+    differentiated at all)."""
     n = len(flat)
 
     @tf.custom_gradient
