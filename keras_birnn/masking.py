@@ -69,7 +69,6 @@ def ragged_mask(inputs, mask=None):
     lengths_mask = tf.sequence_mask(inputs.row_lengths(), inputs.bounding_shape(axis=1))
     if mask is None:
         return lengths_mask
-    mask = mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
     return tf.logical_and(validate_mask(mask, lengths_mask[..., None]), lengths_mask)
 
 
