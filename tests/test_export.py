@@ -340,3 +340,22 @@ def test_graph_check_rejects_python_callbacks_and_xla_clusters(tmp_path):
     module = Plain()
     tf.saved_model.save(module, str(tmp_path / "plain"), signatures=module.serve)
     assert {"Mul", "Placeholder"} <= check_graph_ops(str(tmp_path / "plain"))
+
+
+def test_keras_model_export_under_xla_disabled_has_no_xla_and_serves_the_same(tmp_path):
+    """Keras's own `model.export()` traces the layers as they are: with the
+    XLA-compiled loops, which a model server without XLA cannot run (the
+    graph check refuses it); traced under `xla_disabled()` it passes the
+    check and serves the model's outputs."""
+    from keras_birnn.recurrence import xla_disabled
+
+    model = make_tagger()
+    tokens = np.array([[3, 4, 5, 0], [6, 7, 8, 9]], np.int32)
+    model.export(str(tmp_path / "as_is"), verbose=False)
+    with pytest.raises(ValueError, match="XLA"):
+        check_graph_ops(str(tmp_path / "as_is"))
+    with xla_disabled():
+        model.export(str(tmp_path / "plain"), verbose=False)
+    check_graph_ops(str(tmp_path / "plain"))
+    loaded = tf.saved_model.load(str(tmp_path / "plain"))
+    np.testing.assert_allclose(np.asarray(loaded.serve(tokens)), np.asarray(model(tokens)), atol=1e-6)
