@@ -11,7 +11,7 @@ import numpy as np
 
 _GATES = {"simple": 1, "gru": 3, "lstm": 4}
 _N_STATES = {"simple": 1, "gru": 1, "lstm": 2}
-_CELL_KWARGS = {"activation", "recurrent_activation", "reset_after"}
+_CELL_KWARGS = {"activation", "recurrent_activation", "reset_after", "state_mask"}
 MERGE_MODES = ("concat", "sum", "mul", "ave", None, "projection")
 # The merge cases the tests run: name -> (merge_mode, projection_activation).
 MERGES = {
@@ -105,7 +105,20 @@ def _config(cell, params, cell_kwargs):
         cell=cell, p=p, units=units, reset_after=reset_after,
         act=get_activation(cell_kwargs.get("activation", "tanh")),
         rec=get_activation(cell_kwargs.get("recurrent_activation", "sigmoid")),
+        # Recurrent dropout: [B, U] scaling the state where it enters the
+        # recurrent matmul only (the carried state stays whole), as Keras.
+        state_mask=_f64(cell_kwargs.get("state_mask")),
     )
+
+
+def _dropped(cfg, h):
+    """The state as the recurrent matmul reads it."""
+    return h if cfg["state_mask"] is None else h * cfg["state_mask"]
+
+
+def _undropped(cfg, dh):
+    """Gradient w.r.t. the dropped state, taken back to the state itself."""
+    return dh if cfg["state_mask"] is None else dh * cfg["state_mask"]
 
 
 def random_params(cell, input_dim, units, rng, reset_after=True, use_bias=True, scale=0.5):
@@ -167,29 +180,31 @@ def _dense_back(p, x, h, da):
 
 
 def _simple_step(cfg, x, states):
-    a = _preact(cfg["p"], x, states[0])
-    return [cfg["act"][0](a)], (x, states[0], a)
+    hm = _dropped(cfg, states[0])
+    a = _preact(cfg["p"], x, hm)
+    return [cfg["act"][0](a)], (x, hm, a)
 
 
 def _simple_back(cfg, cache, d_new):
-    x, h, a = cache
-    dx, dh, grads = _dense_back(cfg["p"], x, h, d_new[0] * cfg["act"][1](a))
-    return dx, [dh], grads
+    x, hm, a = cache
+    dx, dh, grads = _dense_back(cfg["p"], x, hm, d_new[0] * cfg["act"][1](a))
+    return dx, [_undropped(cfg, dh)], grads
 
 
 def _lstm_step(cfg, x, states):
     h, c = states
-    a = _preact(cfg["p"], x, h)
+    hm = _dropped(cfg, h)
+    a = _preact(cfg["p"], x, hm)
     ai, af, ag, ao = np.split(a, 4, axis=-1)
     sig, act = cfg["rec"][0], cfg["act"][0]
     i, f, g, o = sig(ai), sig(af), act(ag), sig(ao)
     c_new = f * c + i * g
     h_new = o * act(c_new)
-    return [h_new, c_new], (x, h, c, a, i, f, g, o, c_new)
+    return [h_new, c_new], (x, hm, c, a, i, f, g, o, c_new)
 
 
 def _lstm_back(cfg, cache, d_new):
-    x, h, c, a, i, f, g, o, c_new = cache
+    x, hm, c, a, i, f, g, o, c_new = cache
     dh_new, dc_new = d_new
     act, dact = cfg["act"]
     d_o = dh_new * act(c_new)
@@ -199,8 +214,8 @@ def _lstm_back(cfg, cache, d_new):
     da = np.concatenate(
         [dc * g * dsig(ai), dc * c * dsig(af), dc * i * dact(ag), d_o * dsig(ao)], axis=-1
     )
-    dx, dh, grads = _dense_back(cfg["p"], x, h, da)
-    return dx, [dh, dc * f], grads
+    dx, dh, grads = _dense_back(cfg["p"], x, hm, da)
+    return dx, [_undropped(cfg, dh), dc * f], grads
 
 
 def _gru_step(cfg, x, states):
@@ -209,26 +224,27 @@ def _gru_step(cfg, x, states):
     b_in = 0.0 if b is None else (b[0] if cfg["reset_after"] else b)
     xi = x @ p["kernel"] + b_in
     uk = p["recurrent_kernel"]
+    hm = _dropped(cfg, h)
     if cfg["reset_after"]:
         # Reset gate multiplies the (biased) recurrent product: Keras/CuDNN form.
-        rec = h @ uk + (0.0 if b is None else b[1])
+        rec = hm @ uk + (0.0 if b is None else b[1])
     else:
         # Classic form (seed 000): z, r blocks only; h block needs r first.
-        rec = h @ uk[:, : 2 * units]
+        rec = hm @ uk[:, : 2 * units]
     sig = cfg["rec"][0]
     z = sig(xi[:, :units] + rec[:, :units])
     r = sig(xi[:, units : 2 * units] + rec[:, units : 2 * units])
     if cfg["reset_after"]:
         a_h = xi[:, 2 * units :] + r * rec[:, 2 * units :]
     else:
-        a_h = xi[:, 2 * units :] + (r * h) @ uk[:, 2 * units :]
+        a_h = xi[:, 2 * units :] + (r * hm) @ uk[:, 2 * units :]
     hh = cfg["act"][0](a_h)
-    cache = (x, h, xi, rec, z, r, a_h, hh)
+    cache = (x, h, hm, xi, rec, z, r, a_h, hh)
     return [z * h + (1.0 - z) * hh], cache
 
 
 def _gru_back(cfg, cache, d_new):
-    x, h, xi, rec, z, r, a_h, hh = cache
+    x, h, hm, xi, rec, z, r, a_h, hh = cache
     p, units, dh_new = cfg["p"], cfg["units"], d_new[0]
     dsig = cfg["rec"][1]
     da_h = dh_new * (1.0 - z) * cfg["act"][1](a_h)
@@ -238,18 +254,18 @@ def _gru_back(cfg, cache, d_new):
     if cfg["reset_after"]:
         da_r = da_h * rec[:, 2 * units :] * dsig_r
         d_rec = np.concatenate([da_z, da_r, da_h * r], axis=-1)
-        d_uk, dh = h.T @ d_rec, d_rec @ uk.T
+        d_uk, dh = hm.T @ d_rec, d_rec @ uk.T
     else:
         d_rh = da_h @ uk[:, 2 * units :].T
-        da_r = d_rh * h * dsig_r
+        da_r = d_rh * hm * dsig_r
         d_zr = np.concatenate([da_z, da_r], axis=-1)
-        d_uk = np.concatenate([h.T @ d_zr, (r * h).T @ da_h], axis=-1)
+        d_uk = np.concatenate([hm.T @ d_zr, (r * hm).T @ da_h], axis=-1)
         dh = d_zr @ uk[:, : 2 * units].T + d_rh * r
     d_xi = np.concatenate([da_z, da_r, da_h], axis=-1)
     grads = dict(kernel=x.T @ d_xi, recurrent_kernel=d_uk, bias=None)
     if p["bias"] is not None:
         grads["bias"] = np.stack([d_xi.sum(0), d_rec.sum(0)]) if cfg["reset_after"] else d_xi.sum(0)
-    return d_xi @ p["kernel"].T, [dh + dh_new * z], grads
+    return d_xi @ p["kernel"].T, [_undropped(cfg, dh) + dh_new * z], grads
 
 
 _STEP = {"simple": _simple_step, "gru": _gru_step, "lstm": _lstm_step}

@@ -145,6 +145,19 @@ def test_gradients_other_activations_and_no_bias(cell, cell_kwargs):
         assert (grads["fw"]["bias"] is None) == (not use_bias)
 
 
+@pytest.mark.parametrize("cell_name", list(CELLS))
+def test_gradients_with_a_recurrent_dropout_mask(cell_name):
+    """The state mask scales the state where the recurrent matmul reads it
+    (units 0 dropped in some rows, the rest scaled by 1 / keep)."""
+    cell, cell_kwargs = CELLS[cell_name]
+    state_mask = np.array([[0.0, 2.5], [2.5, 2.5], [2.5, 0.0], [0.0, 0.0], [2.5, 2.5]])
+    kw, d_out = _problem(cell, {**cell_kwargs, "state_mask": state_mask}, "concat", True)
+    kw["projection_activation"] = None
+    _check_all_grads(kw, d_out)
+    undropped = {**kw, "state_mask": None}
+    assert not np.allclose(ref.bidirectional(**kw)[0], ref.bidirectional(**undropped)[0])
+
+
 def test_fully_masked_row_gradients():
     # Row 4 is fully masked: with sequences out it contributes nothing at all;
     # with return_sequences=False its output is the merged initial states.
