@@ -111,3 +111,21 @@ def test_weights_have_keras_shapes_and_order(cell_name):
     )
     # Same parameter count as Keras.
     assert fresh.count_params() == theirs.count_params()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"unit_forget_bias": False}, {"bias_initializer": "ones"},
+     {"bias_initializer": keras.initializers.Constant(0.3)}],
+    ids=["default", "no_unit_forget_bias", "ones", "constant"],
+)
+def test_lstm_starts_from_keras_initial_bias(kwargs):
+    """The forget-gate block starts at 1 on top of the bias initializer
+    (unless unit_forget_bias=False), exactly as in Keras's LSTM."""
+    x = np.zeros((1, 2, F), "float32")
+    ours, theirs = kb.Recurrent(kb.LSTMCell(U, **kwargs)), keras.layers.LSTM(U, **kwargs)
+    ours(x), theirs(x)
+    np.testing.assert_array_equal(ours.cell.bias.numpy(), theirs.cell.bias.numpy())
+    # The forget block: 1, or the (zeros) initializer's value without unit_forget_bias.
+    expected_forget = 1.0 if kwargs.get("unit_forget_bias", True) else 0.0
+    np.testing.assert_array_equal(ours.cell.bias.numpy()[U : 2 * U], expected_forget)
