@@ -322,12 +322,9 @@ def _bptt(static, fast_gradients, flat, mask, d_flat_out, constant) -> list:
 def _autodiff_gradients(static, flat, mask, d_flat_out, constant) -> list:
     """What the BPTT computes, by autodiff through the forward loop run as
     plain TensorFlow (slower; used only to differentiate gradients)."""
-    specs, has_mask, return_sequences, _ = static
     with tf.GradientTape() as tape:
         flat = _distinct(flat, tape)
-        directions = _unflatten(flat, specs)
-        sequences, final_states, _ = _forward_loop(directions, mask if has_mask else None, return_sequences, False)
-        flat_out = _flatten_outputs(sequences, final_states, return_sequences)
+        flat_out = _plain_loop(static, flat, mask)
     variables = [t for k, t in enumerate(flat) if k not in constant]
     return tape.gradient(
         flat_out, variables, output_gradients=d_flat_out, unconnected_gradients=tf.UnconnectedGradients.ZERO
