@@ -10,12 +10,12 @@ from keras_birnn import recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.functions import serialize_activation
-from keras_birnn.masking import dense_sequence_and_mask, ragged_mask, validate_mask
+from keras_birnn.masking import ragged_mask
 from keras_birnn.recurrent import (
     Recurrent,
-    check_sequence_input,
     keras_equivalent,
     parse_initial_state,
+    sequence_input,
     zero_empty_rows,
 )
 
@@ -230,9 +230,7 @@ class Bidirectional(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: self.forward.cell.input_dim})
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
-        inputs, mask = dense_sequence_and_mask(inputs, mask)
-        inputs = check_sequence_input(inputs, self.name)
-        mask = validate_mask(mask, inputs)
+        inputs, mask = sequence_input(inputs, mask, self.name)
         forward_init, backward_init = self._split_initial_state(initial_state)
         forward, backward = recurrence.run(
             [

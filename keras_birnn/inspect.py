@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from keras_birnn import recurrence
 from keras_birnn.bidirectional import Bidirectional
-from keras_birnn.masking import dense_sequence_and_mask, validate_mask
-from keras_birnn.recurrent import check_sequence_input
+from keras_birnn.masking import validate_mask
+from keras_birnn.recurrent import sequence_input
 from keras_birnn.stacking import StackedBidirectional
 
 __all__ = [
@@ -132,17 +132,19 @@ def _node_input(model, target):
 
 def _resolve(layer_or_model, inputs, mask, layer):
     """Returns (kb.Bidirectional, its input tensor, its mask) for `inputs`."""
-    if isinstance(layer_or_model, (Bidirectional, StackedBidirectional)):
-        inputs, mask = dense_sequence_and_mask(inputs, mask)  # ragged rows: padded, lengths as mask
     if isinstance(layer_or_model, Bidirectional):
         if layer is not None:
             raise ValueError("`layer=` selects inside a model or a stack; a kb.Bidirectional was given.")
-        return layer_or_model, _prepare(layer_or_model, inputs), mask
+        bi = layer_or_model
+        x, mask = sequence_input(inputs, mask, bi.name)
+        if not bi.built:
+            bi.build(tuple(x.shape))
+        return bi, x, mask
     if isinstance(layer_or_model, StackedBidirectional):
         stack = layer_or_model
         candidates = [(bi.name, bi, (stack, k)) for k, bi in enumerate(stack.bidirectionals)]
         _, bi, (_, index) = _pick(candidates, layer, f"Layer {stack.name!r}")
-        x = check_sequence_input(inputs, stack.name)
+        x, mask = sequence_input(inputs, mask, stack.name)
         return bi, stack.layer_input(x, index, mask=mask, training=False), mask
     if isinstance(layer_or_model, keras.Model):
         model = layer_or_model
@@ -168,13 +170,6 @@ def _resolve(layer_or_model, inputs, mask, layer):
         "Expected a kb.Bidirectional, a kb.StackedBidirectional or a keras.Model containing one, "
         f"received {layer_or_model!r}."
     )
-
-
-def _prepare(bi, inputs):
-    x = check_sequence_input(inputs, bi.name)
-    if not bi.built:
-        bi.build(tuple(x.shape))
-    return x
 
 
 def direction_states(layer_or_model, inputs, mask=None, layer=None):

@@ -48,11 +48,9 @@ def dense_sequence_and_mask(inputs, mask):
     rows' lengths (combined with `mask`, which may be ragged too, as an
     `Embedding(mask_zero=True)` on ragged ids makes it). Dense inputs pass
     unchanged (a ragged mask is made dense)."""
-    mask = dense_mask(mask)
     if not isinstance(inputs, tf.RaggedTensor):
-        return inputs, mask
-    mask = ragged_mask(inputs, mask)
-    return inputs.to_tensor(), mask
+        return inputs, dense_mask(mask)
+    return inputs.to_tensor(), ragged_mask(inputs, mask)
 
 
 def ragged_mask(inputs, mask=None):

@@ -1,6 +1,6 @@
 """kb.Recurrent: one direction of a recurrence, a cell run by the loop."""
 
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import keras
 import tensorflow as tf
@@ -41,6 +41,16 @@ def check_sequence_input(inputs, layer_name: str) -> tf.Tensor:
     return inputs
 
 
+def sequence_input(inputs, mask, layer_name: str) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
+    """`(inputs, mask)` as a layer's `call` reads them: a ragged batch
+    padded, its rows' lengths as the mask (`dense_sequence_and_mask`), the
+    inputs checked (`check_sequence_input`), the mask checked against them
+    (`validate_mask`)."""
+    inputs, mask = dense_sequence_and_mask(inputs, mask)
+    inputs = check_sequence_input(inputs, layer_name)
+    return inputs, validate_mask(mask, inputs)
+
+
 def deserialize_cell(cell: Any) -> RecurrentCell:
     if isinstance(cell, dict):
         cell = keras.saving.deserialize_keras_object(cell)
@@ -57,13 +67,12 @@ _KERAS_TWINS = {"SimpleRNN": "SimpleRNNCell", "GRU": "GRUCell", "LSTM": "LSTMCel
 
 def keras_equivalent(layer) -> str:
     """For an error message: the keras_birnn cell that stands in for a
-    Keras recurrent layer or cell (same arguments, same weight layout)."""
+    Keras recurrent layer or cell (its cell arguments, its weight layout)."""
     name = type(layer).__name__.removesuffix("Cell")
-    cell = getattr(layer, "cell", layer)
     if name not in _KERAS_TWINS or not type(layer).__module__.startswith("keras"):
         return ""
     return (
-        f" For Keras's {type(layer).__name__}, use kb.{_KERAS_TWINS[name]}({getattr(cell, 'units', '...')}, ...): "
+        f" For Keras's {type(layer).__name__}, use kb.{_KERAS_TWINS[name]}({layer.units}, ...): "
         "Keras's cell arguments and weight layout (return_sequences and return_state go on the kb layer)."
     )
 
@@ -246,9 +255,7 @@ class Recurrent(keras.layers.Layer):
     # --- Keras layer protocol ------------------------------------------------
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
-        inputs, mask = dense_sequence_and_mask(inputs, mask)
-        inputs = check_sequence_input(inputs, self.name)
-        mask = validate_mask(mask, inputs)
+        inputs, mask = sequence_input(inputs, mask, self.name)
         direction = self.direction(inputs, mask, initial_state, training)
         result = recurrence.run([direction], mask, self.return_sequences, bptt=training is True)[0]
         if self.return_sequences:

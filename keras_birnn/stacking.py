@@ -15,8 +15,8 @@ import tensorflow as tf
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
-from keras_birnn.masking import dense_sequence_and_mask, ragged_mask, validate_mask, zero_padding
-from keras_birnn.recurrent import check_sequence_input
+from keras_birnn.masking import ragged_mask, zero_padding
+from keras_birnn.recurrent import sequence_input
 
 CELL_TYPES = {"gru": GRUCell, "lstm": LSTMCell, "simple": SimpleRNNCell}
 STACK_MERGE_MODES = ("concat", "sum", "mul", "ave")
@@ -99,8 +99,9 @@ class SummaryTable(list):
 
 
 class _LayerNormalization(keras.layers.LayerNormalization):
-    """Keras's LayerNormalization (same weights, same numbers) whose
-    derivatives are right to every order. On TensorFlow, Keras takes the
+    """Keras's LayerNormalization as the stack makes it (last axis, centre
+    and scale; same weights, same numbers) with derivatives right to every
+    order. On TensorFlow, Keras takes the
     variance from `tf.nn.moments`, which stops the gradient of the mean
     inside it: exact for first derivatives (that term is zero there), but
     a gradient penalty through it (a second derivative) was wrong for every
@@ -306,9 +307,7 @@ class StackedBidirectional(keras.layers.Layer):
         return tf.where(has_steps, y, tf.zeros_like(y))
 
     def call(self, inputs, mask=None, training=None):
-        inputs, mask = dense_sequence_and_mask(inputs, mask)
-        x = check_sequence_input(inputs, self.name)
-        mask = validate_mask(mask, x)
+        x, mask = sequence_input(inputs, mask, self.name)
         for k in range(len(self.bidirectionals)):
             x = self._block(k, x, mask, training)
         return x
@@ -318,11 +317,9 @@ class StackedBidirectional(keras.layers.Layer):
         (after the blocks below it and the dropout before it)."""
         if not 0 <= index < len(self.bidirectionals):
             raise ValueError(f"`index` must be in [0, {len(self.bidirectionals)}), received {index}.")
-        inputs, mask = dense_sequence_and_mask(inputs, mask)
-        x = check_sequence_input(inputs, self.name)
+        x, mask = sequence_input(inputs, mask, self.name)
         if not self.built:
             self.build(tuple(x.shape))
-        mask = validate_mask(mask, x)
         for k in range(index):
             x = self._block(k, x, mask, training)
         if index > 0 and self.dropouts:
