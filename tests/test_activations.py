@@ -158,4 +158,3 @@ def test_library_functions_still_save_by_name(tmp_path):
     assert (config["activation"], config["recurrent_activation"]) == ("tanh", "sigmoid")
     x = np.random.default_rng(1).normal(size=(2, 5, 3)).astype("float32")
     keras_round_trip(model, str(tmp_path / "tf.keras"), x)
-

@@ -18,22 +18,18 @@ import reference as ref
 from birnn_cases import B, CELLS, MASK, make_case
 from test_case import assert_all_close
 
-DROPOUT, RECURRENT_DROPOUT = 0.3, 0.4
+RATES = dict(dropout=0.3, recurrent_dropout=0.4, seed=11)
 
 
 def _dropout_case(cell_name):
     """A merge_mode=None case (each direction's outputs) whose cells drop."""
     cell, cell_kwargs, _ = CELLS[cell_name]
     factories = {
-        "simple": lambda u: kb.SimpleRNNCell(u, activation=cell_kwargs["activation"], **_rates()),
-        "gru": lambda u: kb.GRUCell(u, reset_after=cell_kwargs["reset_after"], **_rates()),
-        "lstm": lambda u: kb.LSTMCell(u, **_rates()),
+        "simple": lambda u: kb.SimpleRNNCell(u, activation=cell_kwargs["activation"], **RATES),
+        "gru": lambda u: kb.GRUCell(u, reset_after=cell_kwargs["reset_after"], **RATES),
+        "lstm": lambda u: kb.LSTMCell(u, **RATES),
     }
     return make_case(cell_name, "none", cell_spec=(cell, cell_kwargs, factories[cell]))
-
-
-def _rates():
-    return dict(dropout=DROPOUT, recurrent_dropout=RECURRENT_DROPOUT, seed=11)
 
 
 def _fix_masks(case):

@@ -69,7 +69,7 @@ def test_recurrent_and_stack_read_ragged_rows_as_right_padded_ones():
         np.testing.assert_array_equal(np.asarray(layer.compute_mask(_ragged(x))), _mask())
 
 
-def _tagger_and_classifier(seed):
+def _sentence_classifier(seed):
     keras.utils.set_random_seed(seed)
     ids = keras.Input((None,), dtype="int32")
     embedded = keras.layers.Embedding(30, 6, mask_zero=True)(ids)
@@ -85,12 +85,12 @@ def test_ragged_ids_train_like_zero_padded_ids():
     labels = np.array([[1.0], [0.0], [1.0], [0.0]], "float32")
     updated = []
     for batch in (ids, ids.to_tensor()):
-        model = _tagger_and_classifier(seed=3)
+        model = _sentence_classifier(seed=3)
         model.compile(keras.optimizers.SGD(0.5), "mse")
         model.fit(tf.data.Dataset.from_tensors((batch, labels)), epochs=1, verbose=0, shuffle=False)
         updated.append(model.get_weights())
     assert_all_close(*updated)
-    assert not np.allclose(updated[0][0], _tagger_and_classifier(seed=3).get_weights()[0])
+    assert not np.allclose(updated[0][0], _sentence_classifier(seed=3).get_weights()[0])
 
 
 def test_pooling_heads_take_ragged_sequences():
