@@ -52,6 +52,7 @@ import tensorflow as tf
 from tensorflow.python.eager import forwardprop_util
 from tensorflow.python.ops import gradients_util
 
+from keras_birnn import bucketing
 from keras_birnn.cells.base import RecurrentCell, column_sum
 
 input_projection = RecurrentCell.input_projection
@@ -113,6 +114,22 @@ def run(
             (training). Without it a gradient is still exact, at the price
             of running the forward loop again.
     """
+    if _compiles_per_length(directions):
+        directions, mask, steps = bucketing.pad_time(directions, mask)
+        return bucketing.crop_time(_run(directions, mask, return_sequences, bptt), steps)
+    return _run(directions, mask, return_sequences, bptt)
+
+
+def _compiles_per_length(directions) -> bool:
+    """Whether the loops about to be built are XLA programs that would each
+    be compiled again for every new sequence length: in a graph traced with
+    an unknown time size, outside an XLA-compiled caller (which has its own
+    static shapes). Those run on time buckets (`bucketing`)."""
+    unknown_length = directions[0].inputs.shape[1] is None
+    return unknown_length and _XLA.enabled and not tf.executing_eagerly() and not _in_xla()
+
+
+def _run(directions, mask, return_sequences, bptt) -> List[DirectionResult]:
     static = (tuple(_static(d) for d in directions), mask is not None, return_sequences, bptt)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
     split = len(directions) > 1 and _runs_concurrently()

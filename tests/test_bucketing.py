@@ -1,0 +1,127 @@
+"""Time buckets: loops traced with an unknown length run padded to a bucket
+length, with the padding masked, and must give exactly the unpadded answer
+(NumPy oracle), outputs, final states and gradients alike."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_birnn as kb
+import reference as ref
+from birnn_cases import B, F, make_case
+from keras_birnn import bucketing
+from test_case import assert_all_close
+
+# Below, on and just above bucket lengths (8, 16, 64 -> 72).
+LENGTHS = (1, 7, 8, 9, 65)
+
+
+def test_bucket_table():
+    lengths = bucketing.bucket_lengths()
+    assert lengths[:8] == [8, 16, 24, 32, 40, 48, 56, 64]
+    assert lengths[8:10] == [72, 80] and lengths[16:18] == [144, 160]
+    gaps = np.diff(lengths)
+    assert (gaps > 0).all()
+    # Padding is at most 7 steps, or an eighth of the bucket below.
+    assert (gaps <= np.maximum(8, np.array(lengths[:-1]) // 8)).all()
+    assert lengths[-1] == 1 << 24
+
+
+@pytest.mark.parametrize(
+    "steps, bucket",
+    [(0, 0), (1, 8), (8, 8), (9, 16), (64, 64), (65, 72), (129, 144), (1000, 1024), ((1 << 24) + 1, (1 << 24) + 1)],
+)
+def test_bucket_length(steps, bucket):
+    assert int(bucketing.bucket_length(tf.constant(steps))) == bucket
+
+
+def _masks(steps):
+    """Rows: full, right padding, left padding, and (for B = 4) fully masked."""
+    mask = np.ones((B, steps), bool)
+    mask[1, steps // 2 + 1 :] = False
+    mask[2, : steps // 3] = False
+    mask[3] = False
+    return mask
+
+
+def _unknown_length_call(layer, masked):
+    spec = [tf.TensorSpec([None, None, F])] + ([tf.TensorSpec([None, None], tf.bool)] if masked else [])
+
+    @tf.function(input_signature=spec)
+    def call(x, mask=None):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = layer(x, mask=mask, training=True)
+            loss = tf.reduce_sum(tf.sin(3.0 * outputs[0])) + tf.reduce_sum(tf.add_n(outputs[1:]))
+        grads = tape.gradient(loss, [x] + layer.trainable_variables)
+        return outputs, grads, loss
+
+    return call
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["no_mask", "mask"])
+@pytest.mark.parametrize("steps", LENGTHS)
+@pytest.mark.parametrize("cell_name", ["gru_reset_after", "lstm"])
+def test_unknown_length_is_exact(cell_name, steps, masked):
+    case = make_case(cell_name, "concat", seed=steps, return_state=True)
+    case = dataclasses.replace(case, x=case.rng.normal(size=(B, steps, F)).astype(np.float32))
+    mask = _masks(steps) if masked else None
+    outputs, grads, _ = _unknown_length_call(case.layer, masked)(*([case.x] + ([mask] if masked else [])))
+
+    expected_outputs = case.oracle(mask)
+    assert outputs[0].shape == expected_outputs[0].shape
+    assert_all_close([np.asarray(o) for o in outputs], expected_outputs)
+
+    # The oracle's BPTT of the same loss, direction by direction.
+    units = case.layer.forward.cell.units
+    d_sequence = 3.0 * np.cos(3.0 * expected_outputs[0])
+    d_final = [np.ones((B, units))] * case.n_states
+    expected_x, expected_weights = 0.0, []
+    directions = ((case.fw, False, d_sequence[..., :units]), (case.bw, True, d_sequence[..., units:]))
+    for params, reverse, d_seq in directions:
+        g = ref.direction_grads(case.cell, params, case.x, d_seq, mask, reverse, None, d_final, **case.cell_kwargs)
+        expected_x = expected_x + g["x"]
+        expected_weights += [g[k] for k in ("kernel", "recurrent_kernel", "bias")]
+    assert_all_close([np.asarray(g) for g in grads], [expected_x] + expected_weights, atol=1e-4, rtol=1e-4)
+
+
+def _pad_time_calls(monkeypatch):
+    calls = []
+    original = bucketing.pad_time
+
+    def counting(*args):
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(bucketing, "pad_time", counting)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "how, bucketed",
+    [("unknown_length", True), ("static_length", False), ("eager", False), ("xla_disabled", False),
+     ("jit_compile", False)],
+)
+def test_when_buckets_are_used(monkeypatch, how, bucketed):
+    """Only loops that XLA would compile once per length: traced in a graph
+    with an unknown time size, not inside an XLA-compiled caller, not as
+    plain TensorFlow loops."""
+    calls = _pad_time_calls(monkeypatch)
+    layer = kb.Bidirectional(kb.GRUCell(3), return_sequences=True)
+    layer.build((None, None, F))
+    x = np.random.default_rng(0).normal(size=(2, 5, F)).astype(np.float32)
+    unknown = [tf.TensorSpec([None, None, F])]
+    if how == "eager":
+        layer(x)
+    elif how == "static_length":
+        tf.function(layer, input_signature=[tf.TensorSpec([None, 5, F])])(x)
+    elif how == "jit_compile":
+        tf.function(layer, input_signature=unknown, jit_compile=True)(x)
+    elif how == "xla_disabled":
+        with kb.recurrence.xla_disabled():
+            tf.function(layer, input_signature=unknown)(x)
+    else:
+        tf.function(layer, input_signature=unknown)(x)
+    assert bool(calls) == bucketed
