@@ -4,7 +4,9 @@ A tagger-shaped model (Embedding with mask_zero -> Bidirectional(GRU/LSTM,
 return_sequences) -> Dense softmax) trained with `model.fit` on a
 `tf.data` pipeline of shuffled batches padded to their longest row, so the
 traced graph has an unknown time size and nearly every batch brings a new
-length. Sentence lengths are drawn from a CoNLL-U file's sentences (UD
+length; or (`--pad-to N`) every batch padded to one length, as
+`pad_sequences(maxlen=N)` or `TextVectorization(output_sequence_length=N)`
+pipelines do. Sentence lengths are drawn from a CoNLL-U file's sentences (UD
 English EWT by default: the path is read, the data never copied), token
 and tag ids are random (the timing does not depend on them).
 
@@ -20,6 +22,7 @@ Peers:
   (what the default did before buckets; switched by a private hook).
 
     python benchmarks/bench_variable_lengths.py --conllu ../shared/data/ud_english_ewt/en_ewt-ud-train.conllu
+    python benchmarks/bench_variable_lengths.py --pad-to 128
 """
 
 import argparse
@@ -34,8 +37,8 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np, tensorflow as tf, keras
 import keras_birnn as kb
 from keras_birnn import recurrence
-peer, cell, path, sentences, epochs, batch, units = sys.argv[1:8]
-sentences, epochs, batch, units = int(sentences), int(epochs), int(batch), int(units)
+peer, cell, path, sentences, epochs, batch, units, pad_to = sys.argv[1:9]
+sentences, epochs, batch, units, pad_to = int(sentences), int(epochs), int(batch), int(units), int(pad_to)
 lengths, n = [], 0
 for line in open(path, encoding="utf-8"):
     if line.startswith("#"):
@@ -52,7 +55,10 @@ tokens = [rng.randint(1, 5000, k) for k in lengths]
 tags = [rng.randint(0, 17, k) for k in lengths]
 spec = (tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32))
 data = tf.data.Dataset.from_generator(lambda: zip(tokens, tags), output_signature=spec)
-data = data.shuffle(sentences, seed=0).padded_batch(batch).cache().prefetch(2)
+if pad_to:  # every batch padded to one length (longer sentences cut): a static time size
+    data = data.map(lambda w, t: (w[:pad_to], t[:pad_to]))
+shapes = ([pad_to], [pad_to]) if pad_to else None
+data = data.shuffle(sentences, seed=0).padded_batch(batch, padded_shapes=shapes).cache().prefetch(2)
 padded_lengths = {int(words.shape[1]) for words, _ in data}  # also fills the cache before the clock runs
 keras.utils.set_random_seed(0)
 inputs = keras.Input((None,), dtype="int32")
@@ -81,7 +87,7 @@ PEERS = ["keras", "keras_birnn", "keras_birnn_plain", "keras_birnn_per_length"]
 
 def measure(peer, cell, args):
     command = [sys.executable, "-c", CHILD, peer, cell, args.conllu, str(args.sentences), str(args.epochs),
-               str(args.batch), str(args.units)]
+               str(args.batch), str(args.units), str(args.pad_to)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     if done.returncode != 0:
@@ -99,8 +105,11 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--units", type=int, default=64)
     parser.add_argument("--peers", nargs="+", default=PEERS, choices=PEERS)
+    parser.add_argument("--pad-to", type=int, default=0,
+                        help="pad every batch to this length (a static time size) instead of its longest row")
     args = parser.parse_args(argv)
-    print(f"model.fit on padded batches: {args.sentences} sentences (lengths from {os.path.basename(args.conllu)}), "
+    padding = f"padded to {args.pad_to}" if args.pad_to else "padded to their longest row"
+    print(f"model.fit on batches {padding}: {args.sentences} sentences (lengths from {os.path.basename(args.conllu)}), "
           f"batch {args.batch}, Embedding 64 -> Bidirectional({args.units} units) -> Dense 17; seconds per epoch")
     for cell in args.cells:
         results = {}

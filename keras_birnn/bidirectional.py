@@ -152,8 +152,9 @@ class Bidirectional(keras.layers.Layer):
 
     The forward direction reads left to right, the backward one right to
     left with its own weights; both skip each row's padding, so every valid
-    position gets exactly what the unpadded sequence gives. Both run in one
-    loop. The wrapper's `return_sequences` / `return_state` govern (those of
+    position gets exactly what the unpadded sequence gives. In a graph each
+    direction is its own compiled loop, the two run at the same time
+    (`keras_birnn.recurrence`). The wrapper's `return_sequences` / `return_state` govern (those of
     a passed `kb.Recurrent` are ignored).
 
     Args:

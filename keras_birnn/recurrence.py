@@ -16,7 +16,13 @@ slower, but for a GRU with a training step's peak memory about 20% lower
 
 Masked steps carry the state unchanged and output zeros, which is exact for
 right padding, left padding and holes alike, in both directions: a backward
-direction simply meets a row's padding before its valid steps.
+direction simply meets a row's padding before its valid steps. Steps masked
+in every row change nothing, so the loops skip them (`_span`): a batch
+padded beyond its longest row costs no steps for the padding.
+
+XLA compiles a program per input shape, so in a graph traced with an
+unknown sequence length the loops run on inputs padded to a few bucket
+lengths (`bucketing`), the padding masked and skipped.
 
 Each step projects its own input (`x_t W + b`) inside the loop rather than
 projecting the whole sequence up front: with the per-step reads below,
@@ -411,7 +417,8 @@ def _loop_functions(static, xla: bool, split: bool):
         # 1.03 s (textbook GRU).
         records, d_initial = compiled_backward_loop(flat, mask, memory, d_flat_out)
         directions = _unflatten(list(flat), specs)
-        return _bulk_gradients(directions, _group_memory(directions, memory), records, d_initial)
+        memory = _group_memory(directions, memory)
+        return _bulk_gradients(directions, memory, records, d_initial, mask if has_mask else None)
 
     def compiled(fn):
         return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False) if xla else fn
@@ -516,22 +523,60 @@ def _group_memory(directions, memory) -> list:
     return _splitter([1 + len(d.initial_states) for d in directions])(memory)
 
 
-def _time_index(direction: Direction, i, steps):
+class _Span(NamedTuple):
+    """The time positions a loop visits: `first` to `first + count - 1`."""
+
+    first: Any  # the Python int 0 when every position is visited
+    count: Any
+
+
+def _span(mask: Optional[tf.Tensor], steps) -> _Span:
+    """Every position without a mask; with one, the positions from the first
+    that some row has valid to the last (at least one). A step masked in
+    every row changes no state and outputs zeros, so skipping it is exact:
+    a batch padded beyond its longest row, or to a time bucket
+    (`bucketing`), costs no steps for the padding."""
+    if mask is None:
+        return _Span(0, steps)
+    positions = tf.range(steps)
+    any_valid = tf.reduce_any(mask, axis=0)
+    first = tf.reduce_min(tf.where(any_valid, positions, steps))
+    last = tf.reduce_max(tf.where(any_valid, positions, -1))
+    # No valid step at all: one masked step, so that every loop writes
+    # something (a plain TensorArray with nothing written cannot be stacked).
+    first = tf.where(last < 0, 0, first)
+    return _Span(first, tf.maximum(last + 1 - first, 1))
+
+
+def _time_index(direction: Direction, i, span: _Span):
     """The input position a direction reads at forward iteration `i`."""
-    return steps - 1 - i if direction.reverse else i
+    offset = span.count - 1 - i if direction.reverse else i
+    return offset if _visits_all(span) else span.first + offset
 
 
-def _backward_time_index(direction: Direction, i, steps):
+def _visits_all(span: _Span) -> bool:
+    return isinstance(span.first, int) and span.first == 0
+
+
+def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
+    """Position `t` of a time-major sequence. When `t` depends on the mask
+    (`_span`), a gather: XLA would take the strided slice read before the
+    loop as needing a constant, turn the mask into one and compile the loop
+    again for every new mask."""
+    return sequence_tm[t] if _visits_all(span) else tf.gather(sequence_tm, t)
+
+
+def _backward_time_index(direction: Direction, i, span: _Span):
     """The input position BPTT visits at iteration `i`: the forward order reversed."""
-    return _time_index(direction, steps - 1 - i, steps)
+    return _time_index(direction, span.count - 1 - i, span)
 
 
 def _array(like, steps):
     return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
 
-def _time_loop(steps, read, body, state):
-    """`tf.while_loop` over `i` in `[0, steps)`; `body(i, current, state)`
+def _time_loop(span: _Span, steps, read, body, state):
+    """`tf.while_loop` over `i` in `[0, span.count)`; `body(i, current, state)`
     gets `current`, the step's slices. `read(i)` returns them as
     `(slice, in_step)` pairs: each is sliced inside the step or read one
     iteration ahead into a loop-carried tensor (`in_step` must not depend
@@ -552,6 +597,10 @@ def _time_loop(steps, read, body, state):
     earlier version of these loops found slice-fused kernels unvectorised
     and 4-9 times slower, which is why reading ahead exists.) Loops not
     compiled by XLA read ahead, as before.
+
+    `maximum_iterations` is the sequence's length `steps`, never the
+    span's count: XLA needs it as a constant, and one computed from the
+    mask would make XLA compile the loop again for every new mask.
     """
     first = read(0)
     flags = [now for _, now in first]
@@ -566,11 +615,11 @@ def _time_loop(steps, read, body, state):
         return [s if now else next(carried) for s, now in read(i)]
 
     def cond(i, *_):
-        return i < steps
+        return i < span.count
 
     def loop_body(i, carried, state):
         state = body(i, current(i, carried), state)
-        carried = ahead(read(tf.minimum(i + 1, steps - 1))) if not all(flags) else []
+        carried = ahead(read(tf.minimum(i + 1, span.count - 1))) if not all(flags) else []
         return i + 1, carried, state
 
     _, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), ahead(first), state), maximum_iterations=steps)
@@ -592,16 +641,17 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
+    span = _span(mask, steps)
 
     in_step = read_in_step or (keep_for_bptt and _in_xla())
 
     def read(i):
         current = []
         for k, d in enumerate(directions):
-            t = _time_index(d, i, steps)
-            current.append((inputs_tm[k][t], in_step))
+            t = _time_index(d, i, span)
+            current.append((_at(inputs_tm[k], t, span), in_step))
             if mask_tm is not None:
-                current.append((mask_tm[t], in_step))
+                current.append((_at(mask_tm, t, span), in_step))
         return current
 
     def step(d, x_t, valid, states):
@@ -618,7 +668,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
         current = iter(current)
         new_states, new_outputs, new_kept = [], [], []
         for k, d in enumerate(directions):
-            t = _time_index(d, i, steps)
+            t = _time_index(d, i, span)
             x_t, valid = next(current), None if mask_tm is None else next(current)
             stepped, emitted, memory = step(d, x_t, valid, states[k])
             new_states.append(stepped)
@@ -631,7 +681,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
-    final_states, outputs, kept = _time_loop(steps, read, body, initial)
+    final_states, outputs, kept = _time_loop(span, steps, read, body, initial)
     sequences = [tf.transpose(o.stack(), [1, 0, 2]) for o in outputs] if outputs else [None] * len(directions)
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
@@ -691,23 +741,44 @@ def _split_output_grads(directions, return_sequences, d_flat_out):
     return per_direction
 
 
-def _bulk_gradients(directions, memory, records, d_initial) -> list:
+def _bulk_gradients(directions, memory, records, d_initial, mask) -> list:
     """After seed 001's BPTT loop: every gradient that is a sum over time,
-    as one large matmul over all steps at once."""
+    as one large matmul over all the steps the loops visited (`_span`; the
+    others' records are zeros, and their inputs' gradients are zeros)."""
+    steps = tf.shape(directions[0].inputs)[1]
+    # Inside an XLA-compiled caller a slice's size must be a constant: there
+    # the sums run over every step, the skipped ones adding zeros.
+    span = _span(None if _in_xla() else mask, steps)
     grads = []
     for d, kept, record, d_init in zip(directions, memory, records, d_initial):
-        inputs_tm = tf.transpose(d.inputs, [1, 0, 2])
+        inputs_tm = _visited(tf.transpose(d.inputs, [1, 0, 2]), span)
+        record = _visited(record, span)
         flat_record = tf.reshape(record, [-1, record.shape[-1]])
         flat_dp = d.math.input_gradient(flat_record)
         d_inputs = tf.reshape(tf.matmul(flat_dp, d.kernel, transpose_b=True), tf.shape(inputs_tm))
-        grads.append(tf.transpose(d_inputs, [1, 0, 2]))
+        grads.append(tf.transpose(_padded_to_all(d_inputs, span, steps), [1, 0, 2]))
         grads.append(_summed_matmul(tf.reshape(inputs_tm, [-1, d.kernel.shape[0]]), flat_dp, d.kernel.dtype))
         if d.input_bias is not None:
             accumulate = _accumulation_dtype(flat_dp.dtype)
             grads.append(tf.cast(column_sum(tf.cast(flat_dp, accumulate)), d.input_bias.dtype))
-        grads.extend(_recurrent_gradients(d, kept[1], flat_record))
+        grads.extend(_recurrent_gradients(d, _visited(kept[1], span), flat_record))
         grads.extend(d_init)
     return grads
+
+
+def _visited(sequence_tm: tf.Tensor, span: _Span) -> tf.Tensor:
+    """The time-major sequence at the positions the loops visited."""
+    if _visits_all(span):
+        return sequence_tm
+    visited = tf.slice(sequence_tm, tf.stack([span.first, 0, 0]), tf.stack([span.count, -1, -1]))
+    return _with_static_shape(visited, [None] + sequence_tm.shape[1:].as_list())
+
+
+def _padded_to_all(sequence_tm: tf.Tensor, span: _Span, steps) -> tf.Tensor:
+    """`_visited`'s inverse: zeros at the positions the loops skipped."""
+    if _visits_all(span):
+        return sequence_tm
+    return tf.pad(sequence_tm, [[span.first, steps - span.first - span.count], [0, 0], [0, 0]])
 
 
 def _summed_matmul(a, b, dtype):
@@ -742,6 +813,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     which the bulk gradients are summed) and the initial states' gradients."""
     steps = tf.shape(directions[0].inputs)[1]
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
+    span = _span(mask, steps)
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads]
     # Transposed once, before the loop: with the transpose inside the
@@ -754,14 +826,14 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     def read(i):
         current = []
         for k, d in enumerate(directions):
-            t = _backward_time_index(d, i, steps)
+            t = _backward_time_index(d, i, span)
             saved, *incoming = memory[k]
-            current.append((saved[t], in_xla and not _materialize_saved(d)))
-            current.extend((m[t], in_xla) for m in incoming)
+            current.append((_at(saved, t, span), in_xla and not _materialize_saved(d)))
+            current.extend((_at(m, t, span), in_xla) for m in incoming)
             if d_seq_tm[k] is not None:
-                current.append((d_seq_tm[k][t], in_xla))
+                current.append((_at(d_seq_tm[k], t, span), in_xla))
             if mask_tm is not None:
-                current.append((mask_tm[t], in_xla))
+                current.append((_at(mask_tm, t, span), in_xla))
         return current
 
     def step(d, transposed_kernel, kept, d_seq, valid, d_state):
@@ -782,7 +854,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         current = iter(current)
         new_states, new_records = [], []
         for k, d in enumerate(directions):
-            t = _backward_time_index(d, i, steps)
+            t = _backward_time_index(d, i, span)
             kept = [next(current) for _ in memory[k]]
             d_seq = None if d_seq_tm[k] is None else next(current)
             valid = None if mask_tm is None else next(current)
@@ -799,5 +871,5 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
         )
         for d in directions
     ]
-    d_states, records = _time_loop(steps, read, body, ([final for _, final in output_grads], records))
+    d_states, records = _time_loop(span, steps, read, body, ([final for _, final in output_grads], records))
     return [a.stack() for a in records], d_states

@@ -1,6 +1,6 @@
 """Time buckets: loops traced with an unknown length run padded to a bucket
-length, with the padding masked, and must give exactly the unpadded answer
-(NumPy oracle), outputs, final states and gradients alike."""
+length, with the padding masked (and skipped), and must give exactly the
+unpadded answer (NumPy oracle), outputs, final states and gradients alike."""
 
 import dataclasses
 
@@ -12,26 +12,25 @@ import keras_birnn as kb
 import reference as ref
 from birnn_cases import B, F, make_case
 from keras_birnn import bucketing
-from test_case import assert_all_close
+from test_case import assert_all_close, run_python
 
-# Below, on and just above bucket lengths (8, 16, 64 -> 72).
+# Below, on and just above bucket lengths (8, 12, 64 -> 96).
 LENGTHS = (1, 7, 8, 9, 65)
 
 
 def test_bucket_table():
     lengths = bucketing.bucket_lengths()
-    assert lengths[:8] == [8, 16, 24, 32, 40, 48, 56, 64]
-    assert lengths[8:10] == [72, 80] and lengths[16:18] == [144, 160]
-    gaps = np.diff(lengths)
-    assert (gaps > 0).all()
-    # Padding is at most 7 steps, or an eighth of the bucket below.
-    assert (gaps <= np.maximum(8, np.array(lengths[:-1]) // 8)).all()
+    assert lengths[:11] == [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+    ratios = np.array(lengths[1:]) / np.array(lengths[:-1])
+    # A buffer is at most half again as long as the sequence it holds.
+    assert ((ratios > 1) & (ratios <= 1.5)).all()
     assert lengths[-1] == 1 << 24
 
 
 @pytest.mark.parametrize(
     "steps, bucket",
-    [(0, 0), (1, 8), (8, 8), (9, 16), (64, 64), (65, 72), (129, 144), (1000, 1024), ((1 << 24) + 1, (1 << 24) + 1)],
+    [(0, 0), (1, 8), (8, 8), (9, 12), (13, 16), (64, 64), (65, 96), (129, 192), (1000, 1024),
+     ((1 << 24) + 1, (1 << 24) + 1)],
 )
 def test_bucket_length(steps, bucket):
     assert int(bucketing.bucket_length(tf.constant(steps))) == bucket
@@ -125,3 +124,40 @@ def test_when_buckets_are_used(monkeypatch, how, bucketed):
     else:
         tf.function(layer, input_signature=unknown)(x)
     assert bool(calls) == bucketed
+
+
+def test_one_compilation_per_bucket(tmp_path):
+    """XLA compiles the loops once per bucket length: not again for another
+    length in the same bucket, nor for another mask (a loop bound computed
+    from the mask must not become a compile-time constant, which would make
+    XLA compile once per mask). Counted from XLA's own dump of the modules
+    it compiles, in a fresh process."""
+    code = f"""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_dump_to={tmp_path}"
+        import numpy as np, tensorflow as tf, keras_birnn as kb
+        layer = kb.Bidirectional(kb.LSTMCell(4), return_sequences=True)
+        layer.build((None, None, 3))
+        spec = [tf.TensorSpec([None, None, 3]), tf.TensorSpec([None, None], tf.bool)]
+
+        @tf.function(input_signature=spec)
+        def train(x, mask):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(layer(x, mask=mask, training=True))
+            return tape.gradient(loss, layer.trainable_variables)
+
+        def compiled():
+            return sum(name.endswith("before_optimizations.txt") for name in os.listdir("{tmp_path}"))
+
+        counts = []
+        for steps, valid in ((9, 9), (11, 5), (12, 12), (10, 3), (13, 13)):  # buckets 12, 12, 12, 12, 16
+            x = np.ones((2, steps, 3), np.float32)
+            mask = np.arange(steps)[None, :] < np.array([[valid], [max(valid - 2, 1)]])
+            train(x, mask)
+            counts.append(compiled())
+        print(counts)
+    """
+    counts = eval(run_python(code).strip().splitlines()[-1])
+    assert counts[0] > 0
+    assert counts[1] == counts[2] == counts[3] == counts[0], counts
+    assert counts[4] > counts[3], counts

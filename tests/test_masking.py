@@ -26,6 +26,12 @@ PATTERNS = {
     "fully_masked": np.array(
         [[0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1]], bool
     ),
+    # Steps masked in every row (a batch padded beyond its longest row, on
+    # both sides): the loops skip them (`recurrence._span`).
+    "beyond_longest": np.array(
+        [[0, 1, 1, 1, 0, 0], [0, 1, 1, 0, 0, 0], [0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]], bool
+    ),
+    "none_valid": np.zeros((B, T), bool),
 }
 
 
@@ -105,12 +111,15 @@ def test_padding_invariance_against_the_layer_on_unpadded_rows(return_sequences)
     _check_rows(case, x, mask, out, fw_states + bw_states, lambda b: _outputs(case.layer, x[b:b + 1, mask[b]]))
 
 
+@pytest.mark.parametrize("mask_name", ["mixed", "beyond_longest"])
 @pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
-def test_nan_and_inf_in_padding_reach_no_output_or_gradient(cell_name, merge_name):
+def test_nan_and_inf_in_padding_reach_no_output_or_gradient(cell_name, merge_name, mask_name):
     """NaN/inf in padded slots: outputs and gradients (weights, projection,
-    inputs) are finite and equal to those with clean (zero) padding."""
+    inputs) are finite and equal to those with clean (zero) padding.
+    `mixed`: full, right padding, left padding with a hole, fully masked;
+    `beyond_longest`: steps masked in every row, which the loops skip."""
     garbage = np.array([[np.nan] * F, [np.inf] * F, [-np.inf, np.nan, 1e30]], np.float32)
-    mask = MASK  # full, right padding, left padding with a hole, fully masked
+    mask = MASK if mask_name == "mixed" else PATTERNS[mask_name]
     # Per-position output through the training path, sentence output through
     # an inference call's gradient.
     for return_sequences, training in ((True, True), (False, None)):
