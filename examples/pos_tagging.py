@@ -35,8 +35,9 @@ Any CoNLL-U files work:
     python examples/pos_tagging.py --quick --train ... --dev ...   # a minute
 
 Recurrent loops run as plain TensorFlow graphs here (`--xla` to compile
-them): with variable-length batches XLA compiles one program per shape,
-which cost more than it saved on CPU (measured: see the README).
+them): the character encoder sees a new batch size (words per batch) at
+nearly every batch, and XLA compiles a program for each, which cost more
+than it saved on CPU (measured: see the README).
 """
 
 import argparse
