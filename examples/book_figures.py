@@ -1,4 +1,4 @@
-"""Seed 000's figures 17-2 to 17-5, computed with keras_birnn's public API.
+"""The textbook's figures 17-2 to 17-5, computed with keras_birnn's public API.
 
 Programs 092-094 use hand-written weights; they are copied into
 `kb.Bidirectional` layers (the C code computes z_i = b_i + w_x[i] x +
@@ -287,7 +287,7 @@ INIT_NOTES = {
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python examples/book_figures.py",
-        description="Seed 000's figures 17-2 to 17-5 through keras_birnn's public API.",
+        description="The textbook's figures 17-2 to 17-5 through keras_birnn's public API.",
     )
     parser.add_argument("--init", choices=INITS + ("both",), default="both",
                         help="weights of figure 17-5: msvc (the book's), glibc, numpy, or both = msvc "

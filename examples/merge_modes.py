@@ -1,4 +1,5 @@
-"""Seed 000's exercises on merging and stacking, and seed 001's ensemble remark.
+"""The textbook's exercises on merging and stacking, and the ensemble remark
+(BRNN, BPTT and boundary states).
 
 1. concat vs sum ("Instead of concatenation, try addition. What information
    is lost?"). With the same weights in both directions (one cell shared by
@@ -11,7 +12,7 @@
    independent weights per direction (the usual BiRNN) sum can learn it:
    what addition loses is which direction said what, which matters as soon
    as the two directions can say the same thing.
-2. BiGRU vs BiLSTM (same hidden size) on seed 000's "inside a run of 1s"
+2. BiGRU vs BiLSTM (same hidden size) on the textbook's "inside a run of 1s"
    labelling task and on the HMM task of 4: accuracy, parameters, time, and
    the mean per-position norm of each direction's output
    (`kb.inspect.direction_norms`), the book's way of comparing them.
@@ -19,11 +20,12 @@
    2 x 64 = 128 wide after each layer; the parameter count per layer is
    2 directions x 3 gates x (input x units + units x units + bias), the
    second layer's input being the first's 128-wide output.
-4. Seed 001: "a bidirectional network achieves almost the same quality as
-   an ensemble of two separate recurrent networks, one reading the input
-   as is and one reading it reversed". Two per-position tasks, each with
-   a forward GRU and a GRU on the reversed input trained separately and
-   averaged (or multiplied) at the output, against a jointly trained BiGRU:
+4. BRNN, BPTT and boundary states: "a bidirectional network achieves
+   almost the same quality as an ensemble of two separate recurrent
+   networks, one reading the input as is and one reading it reversed".
+   Two per-position tasks, each with a forward GRU and a GRU on the
+   reversed input trained separately and averaged (or multiplied) at the
+   output, against a jointly trained BiGRU:
    - an HMM (a sticky hidden bit seen through noise), with the
      forward-backward algorithm's Bayes optimum as the reference;
    - runs of 1s, where given x_t = 1 the label is an OR of the two
@@ -210,7 +212,7 @@ def section_stack(args) -> dict:
         width = stack.compute_output_shape((None, None, 32))[-1]
         assert [row["params"] for row in table] == [first, second], table
         assert width == 128
-        label = "seed 000's GRU (reset_after=False)" if not reset_after else "Keras's default GRU (reset_after=True)"
+        label = "the textbook's GRU (reset_after=False)" if not reset_after else "Keras's default GRU (reset_after=True)"
         print(f"  {label}:")
         print("    " + str(table).replace("\n", "\n    "))
         bias = "3*64" if not reset_after else "2*3*64"
@@ -275,7 +277,7 @@ def combine(p_forward: np.ndarray, p_backward: np.ndarray, how: str) -> np.ndarr
 
 
 def section_ensemble(args, rng) -> dict:
-    print("4. Ensemble of two separate GRUs (forward, reversed input) vs a jointly trained BiGRU (seed 001)")
+    print("4. Ensemble of two separate GRUs (forward, reversed input) vs a jointly trained BiGRU (BRNN, BPTT and boundary states)")
     results = {}
     tasks = {
         "hmm": lambda n: hmm_data(n, args.length, rng, stay=0.9, flip=0.25),
@@ -336,7 +338,7 @@ def section_ensemble(args, rng) -> dict:
           "  the right way by the models' lean to the majority label 0): little is lost training apart.\n"
           "  HMM: each separate model already counts the evidence at t, so combining their outputs counts\n"
           "  it twice, and a fixed rule (average, product) cannot learn how to weigh the two sides; the\n"
-          "  jointly trained output layer can (seed 001: the parameters are 'trained jointly').\n")
+          "  jointly trained output layer can (BRNN, BPTT and boundary states: the parameters are 'trained jointly').\n")
     return results
 
 
@@ -346,7 +348,8 @@ def section_ensemble(args, rng) -> dict:
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python examples/merge_modes.py",
-        description="Seed 000's merge/stacking exercises and seed 001's ensemble vs joint BRNN.",
+        description="The textbook's merge/stacking exercises and the ensemble vs joint BRNN "
+        "(BRNN, BPTT and boundary states).",
     )
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")

@@ -1,4 +1,4 @@
-"""Seed 000's exercise: where is a run of 1s? A GRU against a BiGRU.
+"""The textbook's exercise: where is a run of 1s? A GRU against a BiGRU.
 
 Each position of a random 0/1 sequence is labelled 1 when it lies inside a
 run of 1s (two or more consecutive 1s), else 0. At the first 1 of a block of
@@ -156,7 +156,7 @@ class DemoResult(NamedTuple):
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m keras_birnn.demo",
-        description="Seed 000's exercise: label runs of 1s with a GRU and a BiGRU, compare "
+        description="The textbook's exercise: label runs of 1s with a GRU and a BiGRU, compare "
         "their accuracy at run boundaries, export the BiGRU for TF Serving.",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of data and weights (default 0)")

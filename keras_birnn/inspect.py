@@ -1,4 +1,4 @@
-"""Direction diagnostics (seed 000, figure 17-5): how much each direction carries.
+"""Direction diagnostics (the textbook, figure 17-5): how much each direction carries.
 
 The two directions of a bidirectional layer see different parts of the
 sequence, and rarely contribute equally at a position. These functions run a

@@ -1,6 +1,6 @@
 """Sentence-level heads: one vector per sequence from per-position outputs.
 
-Seed 000's last exercise asks how a bidirectional RNN serves sentence-level
+The textbook's last exercise asks how a bidirectional RNN serves sentence-level
 classification (one output, not one per position). These layers answer it,
 mask-exactly: each reads the mask that `kb.Bidirectional` propagates (Keras
 passes it as `mask=` automatically), ignores padded positions wherever they

@@ -1,4 +1,4 @@
-"""Stacked bidirectional layers: seed 000's "stack two BiGRU layers" exercise.
+"""Stacked bidirectional layers: the textbook's "stack two BiGRU layers" exercise.
 
 `kb.stacked_bidirectional(...)` builds a `kb.StackedBidirectional`: a single
 serializable Keras layer holding one `kb.Bidirectional` per entry of
@@ -407,7 +407,7 @@ def stacked_bidirectional(
     (e.g. `reset_after=False`, `activation="relu"`); they override a template
     cell's configuration.
 
-    Example (seed 000's exercise: two stacked BiGRUs, input 32, hidden 64):
+    Example (the textbook's exercise: two stacked BiGRUs, input 32, hidden 64):
 
     >>> stack = kb.stacked_bidirectional("gru", units=(64, 64), reset_after=False)
     >>> stack.build((None, None, 32))

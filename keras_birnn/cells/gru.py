@@ -13,7 +13,7 @@ from keras_birnn.cells.derivatives import derivative
 class GRUMath(NamedTuple):
     """Pure GRU step maths, forward and backward (for BPTT).
 
-    `reset_after=False` is seed 000's GRU: the reset gate scales the state
+    `reset_after=False` is the textbook's GRU: the reset gate scales the state
     before the recurrent matmul of the candidate. `reset_after=True` is
     Keras's (and cuDNN's) default: it scales the matmul's result. `saved`
     holds the pre-activations of z, r and the candidate (and, after reset,
@@ -127,7 +127,7 @@ class GRUCell(RecurrentCell):
     Args:
         units: Positive integer, size of the state.
         reset_after: Apply the reset gate after the recurrent matmul
-            (Keras default) or before it (seed 000, classic GRU).
+            (Keras default) or before it (the textbook, classic GRU).
         activation: Candidate activation (default `"tanh"`).
         recurrent_activation: Gate activation (default `"sigmoid"`).
         **kwargs: See `RecurrentCell`.

@@ -1,4 +1,4 @@
-"""Simple RNN cell: h_t = σ(x_t U + h_{t-1} W + b) (seed 002)."""
+"""Simple RNN cell: h_t = σ(x_t U + h_{t-1} W + b) (BRNN, formal definition)."""
 
 from typing import NamedTuple
 
@@ -49,7 +49,8 @@ class SimpleRNNMath(NamedTuple):
 
 @keras_birnn_export("keras_birnn.SimpleRNNCell")
 class SimpleRNNCell(RecurrentCell):
-    """Fully connected recurrent cell, the cell of seeds 000 and 002.
+    """Fully connected recurrent cell, the cell of the textbook's programs 092-094
+    and of the BRNN's formal definition.
 
     Weights match `keras.layers.SimpleRNNCell`: `kernel [input_dim, units]`,
     `recurrent_kernel [units, units]`, `bias [units]`.
