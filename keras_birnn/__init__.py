@@ -10,8 +10,11 @@ if _keras.backend.backend() != "tensorflow":
 
 from keras_birnn.bidirectional import Bidirectional, DirectionalProjection
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
+from keras_birnn.compile_policy import compilation
 from keras_birnn.export import export_saved_model
+from keras_birnn.nested import NestedEncoder
 from keras_birnn.recurrent import Recurrent
+from keras_birnn.recurrence import fused_directions, xla_disabled
 from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
 from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
 from keras_birnn import inspect  # noqa: E402  (kb.inspect.direction_norms, ...)
@@ -26,11 +29,15 @@ __all__ = [
     "RecurrentCell",
     "Recurrent",
     "SimpleRNNCell",
+    "compilation",
     "export_saved_model",
+    "fused_directions",
+    "xla_disabled",
     "AttentionPooling",
     "FinalStatePooling",
     "MaskedMaxPooling",
     "MaskedMeanPooling",
+    "NestedEncoder",
     "StackedBidirectional",
     "stacked_bidirectional",
     "inspect",

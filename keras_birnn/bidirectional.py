@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 from keras import activations
 
-from keras_birnn import recurrence
+from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.functions import serialize_activation
@@ -37,7 +37,7 @@ _ELEMENTWISE = {
 
 @keras_birnn_export("keras_birnn.DirectionalProjection")
 class DirectionalProjection(keras.layers.Layer):
-    """y = activation(h_f V_f + h_b V_b + c), seeds 001 and 002.
+    """y = activation(h_f V_f + h_b V_b + c): per-direction output matrices (BRNN, formal definition).
 
     Used on its own (after `merge_mode=None`), it keeps the pair's sequence
     mask: padded positions output zeros, not `activation(c)`, and the mask
@@ -147,7 +147,7 @@ def _cast_result(result: recurrence.DirectionResult, dtype) -> recurrence.Direct
 
 
 @keras_birnn_export("keras_birnn.Bidirectional")
-class Bidirectional(keras.layers.Layer):
+class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
     """Two independent recurrences over the same sequence, merged per position.
 
     The forward direction reads left to right, the backward one right to
@@ -165,7 +165,7 @@ class Bidirectional(keras.layers.Layer):
             default: an independent copy of the forward one (weights of its
             own; with seeds, seeds derived from the forward cell's). A
             `kb.Recurrent(cell, reverse=True)` around the forward cell ties
-            the two directions' weights (seed 000's concat-versus-sum
+            the two directions' weights (the textbook's concat-versus-sum
             exercise, `examples/merge_modes.py`).
         projection_units: Output size of the `"projection"` merge.
         projection_activation: Activation of the projection (e.g. softmax).
@@ -241,6 +241,7 @@ class Bidirectional(keras.layers.Layer):
             mask,
             self.return_sequences,
             bptt=training is True,
+            counter=self.shape_counter,
         )
         # A kb.Recurrent passed in may compute in another dtype: outputs are the wrapper's.
         forward, backward = (_cast_result(r, self.compute_dtype) for r in (forward, backward))

@@ -35,7 +35,7 @@ or one iteration ahead into loop-carried tensors (`_time_loop` says which
 loops do which, and why).
 
 Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
-seed 001 instead of autodiff through `tf.while_loop`. The forward loop keeps
+the BRNN text (BRNN, BPTT) instead of autodiff through `tf.while_loop`. The forward loop keeps
 each step's incoming states and what the cell's step maths save (the
 gates' pre-activations, or an LSTM's activations, so the backward step
 needs no matmul to rebuild them); one reverse loop then walks every
@@ -58,7 +58,9 @@ import tensorflow as tf
 from tensorflow.python.eager import forwardprop_util
 from tensorflow.python.ops import gradients_util
 
-from keras_birnn import bucketing
+from tensorflow.python.saved_model import save_context
+
+from keras_birnn import bucketing, compile_policy
 from keras_birnn.cells.base import RecurrentCell, column_sum
 
 input_projection = RecurrentCell.input_projection
@@ -109,6 +111,7 @@ def run(
     mask: Optional[tf.Tensor] = None,
     return_sequences: bool = True,
     bptt: bool = False,
+    counter: Optional[compile_policy.ShapeCounter] = None,
 ) -> List[DirectionResult]:
     """Runs every direction over the whole sequence.
 
@@ -119,11 +122,15 @@ def run(
         bptt: Keep what the hand-written BPTT needs during the forward loop
             (training). Without it a gradient is still exact, at the price
             of running the forward loop again.
+        counter: The calling layer's `compile_policy.ShapeCounter`: with
+            it, loops whose shapes can change run XLA-compiled only for
+            the shapes that recur (`compile_policy`); without it, they
+            always run compiled while XLA is on.
     """
     if _compiles_per_length(directions):
         directions, mask, steps = bucketing.pad_time(directions, mask)
-        return bucketing.crop_time(_run(directions, mask, return_sequences, bptt), steps)
-    return _run(directions, mask, return_sequences, bptt)
+        return bucketing.crop_time(_run(directions, mask, return_sequences, bptt, counter), steps)
+    return _run(directions, mask, return_sequences, bptt, counter)
 
 
 def _compiles_per_length(directions) -> bool:
@@ -135,15 +142,24 @@ def _compiles_per_length(directions) -> bool:
     return unknown_length and _XLA.enabled and not tf.executing_eagerly() and not _in_xla()
 
 
-def _run(directions, mask, return_sequences, bptt) -> List[DirectionResult]:
+def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
     static = (tuple(_static(d) for d in directions), mask is not None, return_sequences, bptt)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
     split = len(directions) > 1 and _runs_concurrently()
 
     flat = _flatten(directions)
-    if _forward_mode(flat):
+    path = _path(directions, flat, counter)
+    if counter is not None:
+        counter.note_path(path)
+    if path == "forward-mode":
         runner = functools.partial(_plain_loop, static)
-    elif _XLA.enabled and not tf.executing_eagerly() and not _higher_order(flat):
+    elif path == "counted" and tf.executing_eagerly():
+        compiled = bool(counter.decide(*tf.shape(directions[0].inputs)[:2], bptt))
+        runner = functools.partial(_differentiable_loop, static, True if compiled else "function", split)
+    elif path == "counted":
+        decide = functools.partial(counter.decide, *tf.unstack(tf.shape(directions[0].inputs)[:2]), bptt)
+        runner = functools.partial(_counted_runner(static, split), decide)
+    elif path == "compiled":
         runner = _compiled_runner(static, split)
     else:
         # Eagerly the custom gradient goes on the tape directly: a gradient
@@ -170,6 +186,26 @@ def _run(directions, mask, return_sequences, bptt) -> List[DirectionResult]:
     else:
         flat_out = loop() if steps > 0 else no_steps()
     return _unflatten_outputs(flat_out, directions, return_sequences)
+
+
+def _path(directions, flat, counter) -> str:
+    """How the loops of this call are built (`compile_policy` explains
+    "counted"); `counter.note_path` records it for `loop_report()`."""
+    if _forward_mode(flat):
+        return "forward-mode"
+    if not _XLA.enabled:
+        return "plain"
+    if _in_xla():
+        return "inside-xla"
+    eager = tf.executing_eagerly()
+    if not eager and _higher_order(flat):
+        return "higher-order"
+    # A SavedModel cannot hold the layer's counts: exports trace fixed loops.
+    # Static shapes are counted too: `model.fit` traces its first batch's
+    # shape, which may never come again, before relaxing it.
+    if counter is None or save_context.in_save_context():
+        return "compiled"
+    return "counted"
 
 
 def _higher_order(flat) -> bool:
@@ -274,6 +310,19 @@ def _unflatten(flat, specs) -> List[Direction]:
 
 
 @functools.lru_cache(maxsize=None)
+def _counted_runner(static, split: bool):
+    """`_compiled_runner` choosing at run time, per call, between the
+    XLA-compiled loops and the plain ones: `decide()` (the layer's count,
+    built in the caller's graph, where the layer's table is) says which."""
+    runner = tf.function(
+        lambda flat, mask, use_compiled: _differentiable_loop(static, None, split, flat, mask, use_compiled),
+        reduce_retracing=True,
+        autograph=False,
+    )
+    return lambda decide, flat, mask: runner(flat, mask, decide())
+
+
+@functools.lru_cache(maxsize=None)
 def _compiled_runner(static, split: bool):
     # A plain tf.function holding the custom gradient, around XLA-compiled
     # loops: TensorFlow differentiates this function, never an XLA one.
@@ -281,7 +330,7 @@ def _compiled_runner(static, split: bool):
     return tf.function(runner, reduce_retracing=True, autograph=False)
 
 
-def _differentiable_loop(static, xla, split, flat, mask):
+def _differentiable_loop(static, xla, split, flat, mask, use_compiled=None):
     """The loops under `tf.custom_gradient`, from outside: TensorFlow never
     differentiates a loop, nor an XLA-compiled function (which it cannot do
     when the gradient needs the loop's TensorLists), it only calls them.
@@ -290,9 +339,13 @@ def _differentiable_loop(static, xla, split, flat, mask):
     (inference) it keeps nothing, and a gradient asked for anyway recomputes
     the forward loop first. The state masks (recurrent dropout) are constants.
     The BPTT is itself differentiable (`_bptt`), for gradient penalties and
-    other derivatives of gradients.
+    other derivatives of gradients. With `use_compiled` (a bool tensor),
+    every loop is a `tf.cond` between its XLA-compiled and plain forms.
     """
-    forward, recompute, backward = _loop_functions(static, xla, split)
+    if use_compiled is None:
+        forward, recompute, backward = _loop_functions(static, xla, split)
+    else:
+        forward, recompute, backward = _chosen_loop_functions(static, split, use_compiled)
     keep = static[3]
     constant = _state_mask_positions(static[0])
 
@@ -379,8 +432,20 @@ def _state_mask_positions(specs) -> set:
     return positions
 
 
+def _chosen_loop_functions(static, split: bool, use_compiled: tf.Tensor):
+    """`_loop_functions`' three functions, each running the XLA-compiled
+    form where `use_compiled` holds and the plain one elsewhere (in a graph
+    XLA compiles a branch only when it runs)."""
+    compiled, plain = _loop_functions(static, True, split), _loop_functions(static, False, split)
+
+    def choose(k):
+        return lambda *args: tf.cond(use_compiled, lambda: compiled[k](*args), lambda: plain[k](*args))
+
+    return choose(0), choose(1), choose(2)
+
+
 @functools.lru_cache(maxsize=None)
-def _loop_functions(static, xla: bool, split: bool):
+def _loop_functions(static, xla, split: bool):
     """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
     memory, and backward(flat, mask, memory, d_outputs) -> gradients. With
     XLA, the loops (not backward's bulk matmuls) are compiled once per loop
@@ -421,14 +486,18 @@ def _loop_functions(static, xla: bool, split: bool):
         return _bulk_gradients(directions, memory, records, d_initial, mask if has_mask else None)
 
     def compiled(fn):
-        return tf.function(fn, jit_compile=True, reduce_retracing=True, autograph=False) if xla else fn
+        # xla: True (XLA-compiled), "function" (a plain tf.function: eager
+        # calls run graphs, not Python loops), False (inline ops).
+        if not xla:
+            return fn
+        return tf.function(fn, jit_compile=xla is True, reduce_retracing=True, autograph=False)
 
     compiled_backward_loop = compiled(backward_loop)
     keeping = compiled(forward_fn(True))
     if keep:
         return keeping, keeping, backward
     forward = compiled(forward_fn(False))
-    max_inline_batch = _max_inline_batch(specs) if xla else 0
+    max_inline_batch = _max_inline_batch(specs) if xla is True else 0
     if max_inline_batch:
         small = compiled(forward_fn(False, read_in_step=True))
         forward = _by_batch_size(max_inline_batch, small=small, large=forward)
@@ -742,7 +811,7 @@ def _split_output_grads(directions, return_sequences, d_flat_out):
 
 
 def _bulk_gradients(directions, memory, records, d_initial, mask) -> list:
-    """After seed 001's BPTT loop: every gradient that is a sum over time,
+    """After the BPTT loop (BRNN, BPTT): every gradient that is a sum over time,
     as one large matmul over all the steps the loops visited (`_span`; the
     others' records are zeros, and their inputs' gradients are zeros)."""
     steps = tf.shape(directions[0].inputs)[1]

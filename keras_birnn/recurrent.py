@@ -5,7 +5,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import keras
 import tensorflow as tf
 
-from keras_birnn import recurrence
+from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.masking import dense_sequence_and_mask, ragged_mask, validate_mask, zero_padding
@@ -14,7 +14,7 @@ InitialState = Union[str, float]
 
 
 def parse_initial_state(initial_state: Any) -> InitialState:
-    """`"zeros"`, `"learned"` or a float constant (seed 001's 0.5)."""
+    """`"zeros"`, `"learned"` or a float constant (0.5 in BRNN, boundary states)."""
     if isinstance(initial_state, str) and initial_state in ("zeros", "learned"):
         return initial_state
     if isinstance(initial_state, (int, float)) and not isinstance(initial_state, bool):
@@ -78,7 +78,7 @@ def keras_equivalent(layer) -> str:
 
 
 class LearnedBoundaryState(keras.layers.Layer):
-    """Trainable boundary states (seed 001): one vector per cell state."""
+    """Trainable boundary states (BRNN, boundary states): one vector per cell state."""
 
     def __init__(self, units: int, count: int, **kwargs):
         super().__init__(**kwargs)
@@ -119,7 +119,7 @@ def _refuse_keras_rnn_arguments(kwargs) -> None:
 
 
 @keras_birnn_export("keras_birnn.Recurrent")
-class Recurrent(keras.layers.Layer):
+class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
     """Runs a cell over a sequence in one direction.
 
     Unlike Keras's `go_backwards`, `reverse=True` returns outputs aligned
@@ -257,7 +257,9 @@ class Recurrent(keras.layers.Layer):
     def call(self, inputs, mask=None, initial_state=None, training=None):
         inputs, mask = sequence_input(inputs, mask, self.name)
         direction = self.direction(inputs, mask, initial_state, training)
-        result = recurrence.run([direction], mask, self.return_sequences, bptt=training is True)[0]
+        result = recurrence.run(
+            [direction], mask, self.return_sequences, bptt=training is True, counter=self.shape_counter
+        )[0]
         if self.return_sequences:
             output = result.outputs
         else:

@@ -22,3 +22,14 @@ def float64_policy():
         yield
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.fixture
+def compiled_loops(monkeypatch):
+    """Loops that would be counted (`keras_birnn.compile_policy`) are built
+    XLA-compiled outright, without the run-time choice between the compiled
+    and plain forms: for tests that read the compiled loops' structure."""
+    from keras_birnn import recurrence
+
+    path = recurrence._path
+    monkeypatch.setattr(recurrence, "_path", lambda *args: "compiled" if path(*args) == "counted" else path(*args))

@@ -275,7 +275,7 @@ def _loop_variables(fn, *args) -> dict:
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
-def test_graph_loop_layouts(fused):
+def test_graph_loop_layouts(compiled_loops, fused):
     """In a graph each direction is its own compiled loop (TensorFlow runs
     the two at the same time); under `recurrence.fused_directions()` one loop
     advances both. Both layouts give the oracle's outputs and BPTT gradients."""
@@ -295,7 +295,7 @@ def test_graph_loop_layouts(fused):
 
 
 @pytest.fixture
-def loop_settings():
+def loop_settings(compiled_loops):
     """`switch(xla=..., inline_step_limit=...)` sets how `recurrence` builds
     loops for one test; loops built under other settings are dropped from
     the caches before and after."""

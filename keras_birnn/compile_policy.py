@@ -1,0 +1,182 @@
+"""Which loops XLA compiles: the shapes that recur, not every shape met.
+
+XLA compiles one program per input shape, and on CPU a bidirectional
+layer's training programs take seconds to compile, while a plain
+TensorFlow loop runs at once and, for the small steps of a character
+encoder, about as fast. A layer that meets a new shape at nearly every
+batch (a character encoder whose batch is the number of words in the
+batch, a last partial batch, lengths beyond the time buckets) would spend
+its time compiling programs it uses once.
+
+So each layer counts, at run time, the loop shapes it meets (batch size,
+time size after `bucketing`, training or inference), and runs a shape's
+loops as plain TensorFlow until it has met that shape `compile_after`
+times; from then on that shape runs XLA-compiled. At most
+`max_compiled_shapes` shapes per layer are ever compiled; the rest stay
+plain. The choice changes neither numbers beyond float rounding nor
+gradients: both paths are the same loops and the same hand-written BPTT
+(the NumPy oracle tests run on both).
+
+Counting happens in graphs and in eager calls alike, static shapes
+included: `model.fit` first traces the exact shape of its first batch,
+which may never come again. The counts are per layer, so two identical,
+seeded runs make the same choices and stay bitwise identical. Exports
+(a SavedModel being written) trace fixed loops, without counts.
+
+`Bidirectional.loop_report()` / `Recurrent.loop_report()` show the shapes
+a layer met, how often, and which it compiled.
+"""
+
+import contextlib
+import threading
+from typing import Dict, List, Optional
+
+import tensorflow as tf
+
+_FLAG = 1 << 62  # marks a shape's "compiled" entry
+_PROMOTED = -1  # the key counting the shapes compiled so far
+
+
+class _Settings:
+    compile_after = 100
+    max_compiled_shapes = 16
+
+
+@contextlib.contextmanager
+def compilation(compile_after: Optional[int] = None, max_compiled_shapes: Optional[int] = None):
+    """Sets when loops traced inside the `with` block are compiled.
+
+    Args:
+        compile_after: A loop shape runs XLA-compiled from the time a
+            layer meets it for the `compile_after`-th time (1: at once);
+            before that it runs as plain TensorFlow.
+        max_compiled_shapes: At most this many shapes per layer are
+            compiled (0: none).
+
+    Read when functions are traced, like `kb.xla_disabled()`.
+
+    Example:
+
+    ```python
+    with kb.compilation(compile_after=1):
+        model.fit(dataset)      # every shape compiled when first met
+    ```
+    """
+    for name, value in (("compile_after", compile_after), ("max_compiled_shapes", max_compiled_shapes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"`{name}` must be an integer >= 0, received {value!r}.")
+    if compile_after == 0:
+        raise ValueError("`compile_after` must be an integer >= 1, received 0.")
+    previous = (_Settings.compile_after, _Settings.max_compiled_shapes)
+    if compile_after is not None:
+        _Settings.compile_after = compile_after
+    if max_compiled_shapes is not None:
+        _Settings.max_compiled_shapes = max_compiled_shapes
+    try:
+        yield
+    finally:
+        _Settings.compile_after, _Settings.max_compiled_shapes = previous
+
+
+def settings() -> dict:
+    """The settings in force: `{"compile_after": ..., "max_compiled_shapes": ...}`."""
+    return {"compile_after": _Settings.compile_after, "max_compiled_shapes": _Settings.max_compiled_shapes}
+
+
+class ShapeCounter:
+    """One layer's count of the loop shapes it met, and which it compiled.
+
+    A `tf.lookup` table created outside any function, so every graph that
+    calls the layer (`fit`, `evaluate`, `predict`) reads and updates the
+    same counts; TensorFlow runs the operations on one table in program
+    order. Not tracked, so a SavedModel never holds it (exports trace the
+    loops without it, see `recurrence.run`).
+    """
+
+    def __init__(self):
+        self._table = None
+        self._lock = threading.Lock()
+        self.traced_paths: Dict[str, int] = {}
+
+    def __deepcopy__(self, memo):
+        return ShapeCounter()  # a copied layer starts counting afresh
+
+    def note_path(self, path: str) -> None:
+        """Records, when a loop is traced or called eagerly, how it was built."""
+        self.traced_paths[path] = self.traced_paths.get(path, 0) + 1
+
+    def _lookup_table(self):
+        with self._lock:
+            if self._table is None:
+                with tf.init_scope():
+                    self._table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=0)
+        return self._table
+
+    def decide(self, batch: tf.Tensor, steps: tf.Tensor, training: bool) -> tf.Tensor:
+        """Counts one call at this shape; True where it runs compiled."""
+        table = self._lookup_table()
+        key = tf.cast(steps, tf.int64) * (1 << 32) + tf.cast(batch, tf.int64) * 2 + int(training)
+        keys = tf.stack([key, key + _FLAG, tf.constant(_PROMOTED, tf.int64)])
+        count, flag, promoted = tf.unstack(table.lookup(keys), num=3)
+        count += 1
+        promote = (flag == 0) & (count >= _Settings.compile_after) & (promoted < _Settings.max_compiled_shapes)
+        compiled = (flag > 0) | promote
+        update = table.insert(keys, tf.stack([count, tf.cast(compiled, tf.int64), promoted + tf.cast(promote, tf.int64)]))
+        with tf.control_dependencies([update]):
+            return tf.identity(compiled)
+
+    def report(self) -> dict:
+        """The shapes met and how each ran (read eagerly)."""
+        shapes: List[dict] = []
+        if self._table is not None:
+            keys, values = (t.numpy().tolist() for t in self._table.export())
+            entries = dict(zip(keys, values))
+            for key, count in sorted(entries.items()):
+                if key < 0 or key & _FLAG:
+                    continue
+                shapes.append(
+                    {
+                        "batch": (key >> 1) & 0x7FFFFFFF,
+                        "time": key >> 32,
+                        "training": bool(key & 1),
+                        "calls": count,
+                        "compiled": bool(entries.get(key | _FLAG, 0)),
+                    }
+                )
+        return {"traced": dict(self.traced_paths), "shapes": shapes}
+
+
+class LoopReporting:
+    """For layers that run loops: their `ShapeCounter` and `loop_report()`."""
+
+    @property
+    def shape_counter(self) -> ShapeCounter:
+        counter = self.__dict__.get("_shape_counter")
+        if counter is None:
+            # Set past the layer's attribute tracking: nothing to save or export.
+            counter = self.__dict__["_shape_counter"] = ShapeCounter()
+        return counter
+
+    def loop_report(self) -> dict:
+        """How this layer's loops ran.
+
+        Returns:
+            A dict with `"traced"`: how the loops were built, each time a
+            graph was traced or an eager call made (`"counted"`: chosen per
+            call at run time; `"compiled"`: XLA for a static shape or an
+            export; `"plain"`: under `kb.xla_disabled()`; `"inside-xla"`:
+            part of an XLA-compiled caller; `"higher-order"`,
+            `"forward-mode"`: for derivatives of derivatives), with counts;
+            and `"shapes"`: per loop shape met by counted calls (`batch`,
+            `time` after time buckets, `training`), its `calls` and whether
+            it now runs `compiled`.
+
+        Example:
+
+        ```python
+        model.fit(dataset, epochs=2)
+        bi.loop_report()["shapes"][:1]
+        # [{'batch': 32, 'time': 24, 'training': True, 'calls': 212, 'compiled': True}]
+        ```
+        """
+        return self.shape_counter.report()
