@@ -1,0 +1,114 @@
+"""Nested sequences: an encoder run over every valid item of a sequence of
+sequences (the characters of each word of a sentence).
+
+`keras.layers.TimeDistributed` over a recurrent layer fails on TensorFlow
+when the number of items is unknown (`tf.vectorized_map` cannot vectorize a
+while loop's TensorLists, and Keras's own RNNs fail at the gradient), so
+character-aware models reshape by hand, and then run the encoder over the
+padding items too. `NestedEncoder` does the reshape and runs the encoder
+only on the items that have at least one valid element.
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_birnn.api_export import keras_birnn_export
+from keras_birnn.bidirectional import Bidirectional
+from keras_birnn.recurrent import Recurrent
+
+
+@keras_birnn_export("keras_birnn.NestedEncoder")
+class NestedEncoder(keras.layers.Layer):
+    """Encodes each item of a nested sequence to one vector.
+
+    Inputs `[batch, items, elements, features]` (for example embedded
+    characters `[batch, words, chars, dim]`) with a mask `[batch, items,
+    elements]` (what `Embedding(mask_zero=True)` gives on character ids)
+    become `[batch, items, width]`: the encoder's sequence-level output for
+    each item, zeros for items with no valid element. The output mask is
+    `[batch, items]`: items with at least one valid element.
+
+    Only the valid items are encoded: they are gathered into one batch,
+    encoded and scattered back, so padding words cost nothing. Exactly what
+    reshaping to `[batch * items, elements, features]` and calling the
+    encoder gives, at the valid items.
+
+    Args:
+        encoder: A `kb.Bidirectional` or `kb.Recurrent` with
+            `return_sequences=False` and `return_state=False`.
+
+    Call arguments:
+        inputs: `[batch, items, elements, features]`.
+        mask: Optional bool `[batch, items, elements]`.
+        training: Passed to the encoder (dropout).
+
+    Example:
+
+    ```python
+    chars = keras.Input((None, None), dtype="int32")                 # [batch, words, chars]
+    x = keras.layers.Embedding(100, 32, mask_zero=True)(chars)
+    words = kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(32)))(x)  # [batch, words, 64]
+    ```
+    """
+
+    def __init__(self, encoder, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(encoder, (Bidirectional, Recurrent)):
+            raise TypeError(f"`encoder` must be a kb.Bidirectional or a kb.Recurrent, received {encoder!r}.")
+        if encoder.return_sequences or encoder.return_state:
+            raise ValueError(
+                "`encoder` must give one vector per item: return_sequences=False and return_state=False, "
+                f"received return_sequences={encoder.return_sequences}, return_state={encoder.return_state}."
+            )
+        if isinstance(encoder, Bidirectional) and encoder.merge_mode is None:
+            raise ValueError("`encoder` must merge its two directions, received merge_mode=None.")
+        self.encoder = encoder
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                f"Layer {self.name!r} expects inputs of rank 4 [batch, items, elements, features], "
+                f"received shape {tuple(input_shape)}."
+            )
+        if not self.encoder.built:
+            self.encoder.build((None, input_shape[2], input_shape[3]))
+
+    def call(self, inputs, mask=None, training=None):
+        inputs = tf.convert_to_tensor(inputs)
+        if inputs.shape.rank != 4:
+            raise ValueError(
+                f"Layer {self.name!r} expects inputs of rank 4 [batch, items, elements, features], "
+                f"received shape {inputs.shape}."
+            )
+        shape = tf.shape(inputs, out_type=tf.int64)
+        flat = tf.reshape(inputs, tf.stack([-1, shape[2], shape[3]]))
+        rows = tf.shape(flat, out_type=tf.int64)[0]
+        flat_mask = None if mask is None else tf.reshape(tf.cast(mask, tf.bool), tf.shape(flat)[:2])
+        if flat_mask is None:
+            index = tf.range(rows)
+            encoded = self.encoder(flat, training=training)
+        else:
+            index = tf.where(tf.reduce_any(flat_mask, axis=1))[:, 0]
+            encoded = self.encoder(tf.gather(flat, index), mask=tf.gather(flat_mask, index), training=training)
+        width = encoded.shape[-1]
+        scattered = tf.scatter_nd(index[:, None], encoded, tf.stack([rows, tf.constant(width, tf.int64)]))
+        return tf.reshape(scattered, tf.stack([shape[0], shape[1], width]))
+
+    def compute_mask(self, inputs, mask=None):
+        return None if mask is None else keras.ops.any(keras.ops.cast(mask, "bool"), axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        width = self.encoder.compute_output_shape((None, input_shape[2], input_shape[3]))[-1]
+        return (input_shape[0], input_shape[1], width)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"encoder": keras.saving.serialize_keras_object(self.encoder)})
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "NestedEncoder":
+        config = dict(config)
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)

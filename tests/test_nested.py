@@ -1,0 +1,115 @@
+"""kb.NestedEncoder: an encoder over every valid item of a nested sequence,
+against the NumPy oracle item by item and against the reshape route."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_birnn as kb
+from birnn_cases import F, make_case
+from test_case import assert_all_close, keras_round_trip
+
+ITEMS, ELEMENTS = 3, 5
+UNKNOWN = [tf.TensorSpec([None, None, None, F]), tf.TensorSpec([None, None, None], tf.bool)]
+
+
+def _nested_mask():
+    """Batch 2 x 3 items: full, right padding, left padding with a hole,
+    an empty item between valid ones, and padding items at the end."""
+    mask = np.zeros((2, ITEMS, ELEMENTS), bool)
+    mask[0, 0] = True
+    mask[0, 1, :3] = True
+    mask[0, 2, [1, 2, 4]] = True
+    mask[1, 0, 2:] = True  # item 1 of row 1 is empty, item 2 valid
+    mask[1, 2, :1] = True
+    return mask
+
+
+def _case(cell_name, merge_name="concat"):
+    case = make_case(cell_name, merge_name, seed=11, return_sequences=False)
+    x = case.rng.normal(size=(2, ITEMS, ELEMENTS, F)).astype(np.float32)
+    return case, x
+
+
+def _oracle(case, x, mask):
+    flat_x, flat_mask = x.reshape(-1, ELEMENTS, F), mask.reshape(-1, ELEMENTS)
+    return case.oracle(flat_mask, x=flat_x).reshape(2, ITEMS, -1)
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("cell_name, merge_name", [("gru_reset_after", "concat"), ("lstm", "sum"),
+                                                   ("simple_tanh", "projection_softmax")])
+def test_outputs_match_oracle(cell_name, merge_name, graph):
+    case, x = _case(cell_name, merge_name)
+    nested = kb.NestedEncoder(case.layer)
+    mask = _nested_mask()
+    call = tf.function(lambda x, m: nested(x, mask=m), input_signature=UNKNOWN) if graph else nested.__call__
+    outputs = call(x, mask=mask) if not graph else call(x, mask)
+    expected = _oracle(case, x, mask)
+    assert_all_close(outputs.numpy(), expected)
+    assert not outputs.numpy()[1, 1].any()  # the empty item
+    np.testing.assert_array_equal(nested.compute_mask(x, mask).numpy(), mask.any(axis=-1))
+
+
+@pytest.mark.parametrize("training", [True, None])
+def test_gradients_equal_the_reshape_route(training):
+    """Weights' and inputs' gradients against the encoder called on the
+    reshaped batch (every item, padding items included), unknown sizes."""
+    case, x = _case("gru_reset_before")
+    nested = kb.NestedEncoder(case.layer)
+    mask = _nested_mask()
+    d_out = case.rng.normal(size=(2, ITEMS, 2 * case.layer.forward.cell.units)).astype(np.float32)
+
+    def reshaped(x, m):
+        flat = case.layer(tf.reshape(x, [-1, ELEMENTS, F]), mask=tf.reshape(m, [-1, ELEMENTS]), training=training)
+        return tf.reshape(flat, tf.shape(d_out))
+
+    @tf.function(input_signature=UNKNOWN)
+    def grads(x, m):
+        results = []
+        for route in (lambda x, m: nested(x, mask=m, training=training), reshaped):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                total = tf.reduce_sum(route(x, m) * d_out)
+            results.append(tape.gradient(total, [x] + case.layer.trainable_variables))
+        return results
+
+    ours, theirs = grads(x, mask)
+    assert_all_close([g.numpy() for g in ours], [g.numpy() for g in theirs])
+    assert not ours[0].numpy()[~mask].any()  # nothing flows to padding elements
+
+
+def test_without_mask_every_item_is_encoded():
+    case, x = _case("lstm")
+    outputs = kb.NestedEncoder(case.layer)(x)
+    assert_all_close(outputs.numpy(), _oracle(case, x, np.ones((2, ITEMS, ELEMENTS), bool)))
+
+
+def test_character_model_trains_and_round_trips(tmp_path):
+    chars = keras.Input((None, None), dtype="int32")
+    x = keras.layers.Embedding(20, 4, mask_zero=True)(chars)
+    words = kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3)))(x)
+    tags = kb.Bidirectional(kb.LSTMCell(3), merge_mode="projection", projection_units=2,
+                            projection_activation="softmax", return_sequences=True)(words)
+    model = keras.Model(chars, tags)
+    model.compile("adam", "sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 20, size=(8, 4, 6))
+    ids[:, 3] = 0  # a padding word in every sentence
+    ids[:, :, 4:] = 0
+    labels = rng.integers(0, 2, size=(8, 4))
+    losses = model.fit(ids, labels, epochs=3, verbose=0).history["loss"]
+    assert losses[-1] < losses[0]
+    keras_round_trip(model, str(tmp_path / "nested.keras"), ids)
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="encoder"):
+        kb.NestedEncoder(keras.layers.Bidirectional(keras.layers.GRU(3)))
+    with pytest.raises(ValueError, match="return_sequences=True"):
+        kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3), return_sequences=True))
+    with pytest.raises(ValueError, match="merge_mode=None"):
+        kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3), merge_mode=None))
+    with pytest.raises(ValueError, match="rank 4"):
+        kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3)))(np.ones((2, 3, F), np.float32))
