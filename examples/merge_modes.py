@@ -36,7 +36,6 @@
 """
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -56,7 +55,6 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import keras_birnn as kb  # noqa: E402
 from keras_birnn import demo  # noqa: E402  (the run-of-1s task)
 from keras_birnn._cli import finish_args  # noqa: E402
-from keras_birnn.recurrence import xla_disabled  # noqa: E402
 
 SECTIONS = ("merge", "cells", "stack", "ensemble")
 
@@ -361,7 +359,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="units per direction for BiGRU vs BiLSTM (default 4; --quick 4)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--xla", action="store_true", help="run the recurrent loops XLA-compiled")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
     args = parser.parse_args(argv)
     finish_args(
@@ -381,21 +378,19 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     print(f"seed {args.seed}, {args.samples} training sequences of {args.length}, {args.epochs} epochs; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs\n")
     results = {}
-    context = contextlib.nullcontext() if args.xla else xla_disabled()
     level = tf.get_logger().level
     tf.get_logger().setLevel("ERROR")  # one small inference graph per model: retracing is expected
     try:
-        with context:
-            for section in args.sections:
-                rng = np.random.default_rng([args.seed, SECTIONS.index(section)])
-                if section == "merge":
-                    results[section] = section_merge(args, rng)
-                elif section == "cells":
-                    results[section] = section_cells(args, rng)
-                elif section == "stack":
-                    results[section] = section_stack(args)
-                else:
-                    results[section] = section_ensemble(args, rng)
+        for section in args.sections:
+            rng = np.random.default_rng([args.seed, SECTIONS.index(section)])
+            if section == "merge":
+                results[section] = section_merge(args, rng)
+            elif section == "cells":
+                results[section] = section_cells(args, rng)
+            elif section == "stack":
+                results[section] = section_stack(args)
+            else:
+                results[section] = section_ensemble(args, rng)
     finally:
         tf.get_logger().setLevel(level)
     results["seconds"] = time.perf_counter() - start

@@ -34,14 +34,36 @@ Any CoNLL-U files work:
         --dev ../shared/data/ud_english_ewt/en_ewt-ud-dev.conllu
     python examples/pos_tagging.py --quick --train ... --dev ...   # a minute
 
-Recurrent loops run as plain TensorFlow graphs here (`--xla` to compile
-them): the character encoder sees a new batch size (words per batch) at
-nearly every batch, and XLA compiles a program for each, which cost more
-than it saved on CPU (measured: see the README).
+The recurrent loops run with keras_birnn's defaults: the character
+encoder (`kb.NestedEncoder`, valid words only) meets a new batch size at
+nearly every batch and stays plain TensorFlow, the sentence layer's
+recurring shapes are XLA-compiled once met often enough
+(`kb.compilation`, docs/design.md).
+
+`--layers keras` builds each variant's twin from Keras's own layers,
+same sizes and dropout:
+
+    char encoder  keras.layers.Bidirectional(keras.layers.GRU(units)), concat
+                  final states, on the same character embedding and mask
+    gru           keras.layers.GRU(H, return_sequences=True) + Dense softmax
+    bigru/bilstm  keras.layers.Bidirectional(keras.layers.GRU/LSTM(H,
+                  return_sequences=True)) + Dense(n_tags, softmax): the
+                  projection merge, V_f h_f + V_b h_b + c, is a Dense on the
+                  concat whose kernel is [V_f; V_b]
+    bilstm2       Bidirectional(LSTM) -> Dropout -> Bidirectional(LSTM) -> Dense
+
+Same parameter counts and, given the same weights, the same probabilities
+at every word (tests/test_example_twins.py). What differs: wherever the
+word mask reaches it, kb's projection merge writes zeros at padded
+positions and Keras's Dense a softmax (the accuracy and the exported tags
+read only words), the random draws of the initial weights and of dropout,
+and the recurrent code. The twin is
+exported the same way (`keras.export.ExportArchive`, the same serving
+signature).
 """
 
 import argparse
-import contextlib
+import json
 import os
 import sys
 import time
@@ -63,7 +85,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import keras_birnn as kb  # noqa: E402
 from keras_birnn._cli import finish_args  # noqa: E402
 from keras_birnn.datasets import read_conllu  # noqa: E402
-from keras_birnn.recurrence import xla_disabled  # noqa: E402
+from keras_birnn import xla_disabled  # noqa: E402
 
 UD_RELEASE = "r2.15"
 UD_URL = "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/{release}/{name}"
@@ -73,6 +95,7 @@ EWT_FILES = {
     "test": "en_ewt-ud-test.conllu",
 }
 VARIANTS = ("gru", "bigru", "bilstm", "bilstm2")
+LAYERS = ("kb", "keras")
 PAD, OOV = "", "[UNK]"
 
 
@@ -235,24 +258,38 @@ def dataset(batches) -> tf.data.Dataset:
 
 class CharWordEncoder(keras.layers.Layer):
     """chars `[B, T, C]` -> one vector per word `[B, T, 2 * units]`: the final
-    states of a kb.Bidirectional(kb.GRUCell) over each word's characters
-    (padding words, all-zero rows, give zeros)."""
+    states of a kb.Bidirectional(kb.GRUCell) over each word's characters,
+    run by `kb.NestedEncoder` on the valid words only (padding words give
+    zeros). `layers="keras"`: a keras.layers.Bidirectional(keras.layers.GRU)
+    over every word of the reshaped batch instead, same weights. Either way
+    the output mask marks the words (a word has at least one character):
+    the sentence layers and the loss read it."""
 
-    def __init__(self, char_count: int, char_dim: int = 32, units: int = 32, **kwargs):
+    def __init__(self, char_count: int, char_dim: int = 32, units: int = 32, layers: str = "kb", **kwargs):
         super().__init__(**kwargs)
-        self.char_count, self.char_dim, self.units = char_count, char_dim, units
+        if layers not in LAYERS:
+            raise ValueError(f"layers must be one of {LAYERS}, received {layers!r}")
+        self.char_count, self.char_dim, self.units, self.layers_kind = char_count, char_dim, units, layers
         self.embedding = keras.layers.Embedding(char_count, char_dim, name="char_embedding")
-        self.encoder = kb.Bidirectional(kb.GRUCell(units), name="char_bigru")
+        if layers == "keras":
+            self.encoder = keras.layers.Bidirectional(keras.layers.GRU(units), name="char_bigru")
+        else:
+            self.encoder = kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(units), name="char_bigru"), name="char_words")
 
     def build(self, input_shape):
         self.embedding.build((None, None))
-        self.encoder.build((None, None, self.char_dim))
+        self.encoder.build((None, None, self.char_dim) if self.layers_kind == "keras" else (None, None, None, self.char_dim))
 
     def call(self, chars):
+        if self.layers_kind == "kb":
+            return self.encoder(self.embedding(chars), mask=chars != 0)
         shape = tf.shape(chars)
         flat = tf.reshape(chars, [-1, shape[2]])  # one row per word
         states = self.encoder(self.embedding(flat), mask=flat != 0)
         return tf.reshape(states, [shape[0], shape[1], 2 * self.units])
+
+    def compute_mask(self, chars, mask=None):
+        return keras.ops.any(keras.ops.not_equal(chars, 0), axis=-1)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:2]) + (2 * self.units,)
@@ -260,6 +297,8 @@ class CharWordEncoder(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(char_count=self.char_count, char_dim=self.char_dim, units=self.units)
+        if self.layers_kind != "kb":
+            config.update(layers=self.layers_kind)
         return config
 
 
@@ -288,16 +327,25 @@ def build_tagger(
     char_units: int = 48,
     hidden: int = 128,
     dropout: float = 0.33,
+    layers: str = "kb",
 ) -> keras.Model:
-    """words `[B, T]` + chars `[B, T, C]` -> tag probabilities `[B, T, n_tags]`."""
+    """words `[B, T]` + chars `[B, T, C]` -> tag probabilities `[B, T, n_tags]`.
+
+    `layers="keras"` builds the twin from Keras's recurrent layers (see the
+    module docstring): `_keras_sentence_layers`."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, received {variant!r}")
+    if layers not in LAYERS:
+        raise ValueError(f"layers must be one of {LAYERS}, received {layers!r}")
     words = keras.Input((None,), dtype="int32", name="words")
     chars = keras.Input((None, None), dtype="int32", name="chars")
     embedded = keras.layers.Embedding(word_count, word_dim, mask_zero=True, name="word_embedding")(words)
-    spelled = CharWordEncoder(char_count, char_dim, char_units, name="char_encoder")(chars)
+    spelled = CharWordEncoder(char_count, char_dim, char_units, layers=layers, name="char_encoder")(chars)
     x = keras.layers.Concatenate(name="word_repr")([embedded, spelled])  # keeps the word mask
     x = keras.layers.Dropout(dropout)(x)
+    if layers == "keras":
+        probs = _keras_sentence_layers(variant, x, n_tags, hidden, dropout)
+        return keras.Model([words, chars], probs, name=f"{variant}_tagger")
     head = dict(merge_mode="projection", projection_units=n_tags, projection_activation="softmax",
                 return_sequences=True)
     if variant == "gru":
@@ -315,6 +363,24 @@ def build_tagger(
         x = _stacked_bilstm(hidden, dropout)(x)
         probs = keras.layers.Dense(n_tags, activation="softmax", name="tags")(x)
     return keras.Model([words, chars], probs, name=f"{variant}_tagger")
+
+
+def _keras_sentence_layers(variant: str, x, n_tags: int, hidden: int, dropout: float):
+    """The Keras twin of each variant's sentence-level layers and softmax."""
+    sequences = dict(return_sequences=True)
+    if variant == "gru":
+        x = keras.layers.GRU(hidden, name="gru", **sequences)(x)
+        x = keras.layers.Dropout(dropout)(x)
+    elif variant == "bigru":
+        x = keras.layers.Bidirectional(keras.layers.GRU(hidden, **sequences), name="bigru")(x)
+    elif variant == "bilstm":
+        x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, **sequences), name="bilstm")(x)
+    else:  # kb.stacked_bidirectional("lstm", (H, H), dropout): Dropout between the two layers
+        x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, **sequences), name="bilstm_1")(x)
+        x = keras.layers.Dropout(dropout)(x)
+        x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, **sequences), name="bilstm_2")(x)
+    # For bigru/bilstm this Dense is the projection merge: kernel [V_f; V_b], bias c.
+    return keras.layers.Dense(n_tags, activation="softmax", name="tags")(x)
 
 
 # One traced predictor per model, dropped with the model; kept out of the
@@ -432,7 +498,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--out", default="saved_models",
                         help="export base folder: the best tagger goes to <out>/pos_tagger/1/ (default saved_models)")
     parser.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
-    parser.add_argument("--xla", action="store_true", help="run the recurrent loops XLA-compiled")
+    parser.add_argument("--layers", choices=LAYERS, default="kb",
+                        help="kb: keras_birnn's layers (default); keras: the same taggers from "
+                        "keras.layers.GRU / LSTM / Bidirectional, the projection merge as a Dense softmax on "
+                        "the concat (same parameters; Keras's Dense gives probabilities, not zeros, at "
+                        "padded positions); exported the same way")
+    parser.add_argument("--report-json", metavar="PATH",
+                        help="also write timings and accuracy to PATH as JSON, per variant: epoch_seconds "
+                        "(model.fit of each epoch), fit_seconds, predict_sentences_per_second (a second, "
+                        "warm pass over dev), accuracy (dev UPOS); and the export path")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in about a minute")
     parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
     args = parser.parse_args(argv)
@@ -479,7 +553,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         keras.utils.set_random_seed(args.seed)
         rng = np.random.default_rng(args.seed)
         model = build_tagger(variant, encoder.word_count, encoder.char_count, len(tags), args.word_dim,
-                             32, args.char_units, args.hidden, args.dropout)
+                             32, args.char_units, args.hidden, args.dropout, layers=args.layers)
         steps = args.epochs * int(np.ceil(len(train_set) / args.batch_size))
         schedule = keras.optimizers.schedules.CosineDecay(args.learning_rate, decay_steps=steps, alpha=0.05)
         model.compile(optimizer=keras.optimizers.Adam(schedule, clipnorm=5.0), loss="sparse_categorical_crossentropy")
@@ -487,33 +561,44 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         loss_before = mean_loss(model, probe)
         print(f"\n{variant}: {model.count_params():,} parameters")
         began = time.perf_counter()
-        losses, dev_curve = [], []
-        context = contextlib.nullcontext() if args.xla else xla_disabled()
-        with context:
-            for epoch in range(args.epochs):
-                history = model.fit(dataset(train_set.batches(args.batch_size, rng)), epochs=1, verbose=0, shuffle=False)
-                losses.append(float(history.history["loss"][-1]))
-                if not args.quiet:
-                    dev_curve.append(accuracy(model, dev_set))
-                    print(f"  epoch {epoch + 1}/{args.epochs}: train loss {losses[-1]:.4f}, "
-                          f"dev UPOS {100 * dev_curve[-1]:.2f}%, {time.perf_counter() - began:.0f} s")
-            seconds = time.perf_counter() - began
-            row = {
-                "variant": variant,
-                "params": model.count_params(),
-                "dev": accuracy(model, dev_set),
-                "test": accuracy(model, test_set) if test_set else None,
-                "seconds": seconds,
-                "load": os.getloadavg()[0],
-                "loss_before": loss_before,
-                "loss_after": mean_loss(model, probe),
-                "epoch_losses": losses,
-            }
+        losses, dev_curve, epoch_seconds = [], [], []
+        for epoch in range(args.epochs):
+            batches = dataset(train_set.batches(args.batch_size, rng))
+            fit_began = time.perf_counter()
+            history = model.fit(batches, epochs=1, verbose=0, shuffle=False)
+            epoch_seconds.append(time.perf_counter() - fit_began)
+            losses.append(float(history.history["loss"][-1]))
+            if not args.quiet:
+                dev_curve.append(accuracy(model, dev_set))
+                print(f"  epoch {epoch + 1}/{args.epochs}: train loss {losses[-1]:.4f}, "
+                      f"dev UPOS {100 * dev_curve[-1]:.2f}%, {time.perf_counter() - began:.0f} s")
+        seconds = time.perf_counter() - began
+        predict_began = time.perf_counter()
+        dev_accuracy = accuracy(model, dev_set)
+        predict_first = time.perf_counter() - predict_began
+        row = {
+            "variant": variant,
+            "params": model.count_params(),
+            "dev": dev_accuracy,
+            "test": accuracy(model, test_set) if test_set else None,
+            "seconds": seconds,
+            "load": os.getloadavg()[0],
+            "loss_before": loss_before,
+            "loss_after": mean_loss(model, probe),
+            "epoch_losses": losses,
+            "epoch_seconds": epoch_seconds,
+            "predict_first_seconds": predict_first,
+        }
+        if args.report_json:
+            predict_began = time.perf_counter()
+            predict_tags(model, dev_set)  # warm: the predictor is traced, the shapes seen
+            row["predict_sentences_per_second"] = len(dev_set) / (time.perf_counter() - predict_began)
         rows.append(row)
         models[variant] = model
         print(f"  {variant}: dev UPOS {100 * row['dev']:.2f}% after {seconds:.0f} s of training")
 
-    print(f"\nUPOS accuracy ({args.epochs} epochs, {len(train)} training sentences, hidden {args.hidden}):")
+    twin = ", Keras's recurrent layers (--layers keras)" if args.layers == "keras" else ""
+    print(f"\nUPOS accuracy ({args.epochs} epochs, {len(train)} training sentences, hidden {args.hidden}{twin}):")
     print(format_table(rows))
     best = max(rows, key=lambda r: r["dev"])
     export_path = None
@@ -528,8 +613,27 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             print("  " + " ".join(f"{t}/{g.decode()}" for t, g in zip(toks, row) if t))
     total = time.perf_counter() - start
     print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
+    if args.report_json:
+        write_report(args.report_json, args, rows, len(dev_set), export_path, total)
     return {"rows": rows, "models": models, "encoder": encoder, "tags": tags, "best": best["variant"],
             "export_path": export_path, "dev": dev, "dev_set": dev_set, "seconds": total}
+
+
+def write_report(path: str, args, rows, dev_sentences: int, export_path, total: float) -> None:
+    """--report-json: one entry per variant; with a single variant its
+    numbers are also at the top level."""
+    entries = [
+        {"variant": r["variant"], "params": r["params"], "epoch_seconds": r["epoch_seconds"],
+         "fit_seconds": sum(r["epoch_seconds"]), "predict_first_seconds": r["predict_first_seconds"],
+         "predict_sentences_per_second": r["predict_sentences_per_second"], "accuracy": r["dev"]}
+        for r in rows
+    ]
+    report = {"example": "pos_tagging", "layers": args.layers, "dev_sentences": dev_sentences,
+              "export_path": export_path, "seconds": total, "variants": entries}
+    if len(entries) == 1:
+        report.update({k: v for k, v in entries[0].items() if k != "variant"}, variant=entries[0]["variant"])
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
 
 
 def format_table(rows) -> str:

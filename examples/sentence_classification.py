@@ -1,6 +1,6 @@
 """Sentence-level sentiment with a (bi)directional GRU: which pooling head?
 
-Seed 000's exercise: "How would you use a bidirectional RNN for
+The textbook's exercise: "How would you use a bidirectional RNN for
 sentence-level classification? You need a single output, not one per
 position." Every variant embeds the words (no pretrained vectors), runs a
 GRU over them, pools the per-position outputs into one vector and
@@ -18,6 +18,24 @@ classifies it with a sigmoid:
 All heads read the mask propagated from Embedding(mask_zero=True), so the
 padding of a batch changes nothing.
 
+`--layers keras` builds each variant's twin from Keras's own recurrent
+layers, same sizes, dropout and heads:
+
+    uni          keras.layers.GRU(H)  (return_sequences=True below a head)
+    bi           keras.layers.Bidirectional(keras.layers.GRU(H)), merge concat
+    final        the layer's own final output (return_sequences=False):
+                 [h_f after the last word, h_b after the first], what
+                 kb.FinalStatePooling takes from the merge_mode=None pair
+    mean         keras.layers.GlobalAveragePooling1D (mask-aware: a masked mean)
+    max          kb.MaskedMaxPooling (Keras's GlobalMaxPooling1D ignores the
+                 mask, so padding would enter the max)
+    attention    kb.AttentionPooling (Keras has no additive attention pooling)
+
+Same function and parameter count as the kb variant (a kb model takes the
+Keras twin's weights, tests/test_example_twins.py); what differs is the
+recurrent code, its initial weights' random draws, and (`--layers kb`)
+the zeros kb writes at padded positions, which no head reads.
+
 Data: any two text files, one text per line (positive, negative); by
 default Pang & Lee's sentence polarity v1.0 from `../shared/data/`. A fixed
 seeded 10% of the sentences is held out for the reported accuracy; 10% of
@@ -28,10 +46,11 @@ training.
     python examples/sentence_classification.py
     python examples/sentence_classification.py --quick
     python examples/sentence_classification.py --pos my.pos --neg my.neg --variants bi-max,bi-attention
+    python examples/sentence_classification.py --layers keras --variants bi-attention
 """
 
 import argparse
-import contextlib
+import json
 import os
 import re
 import sys
@@ -54,13 +73,13 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import keras_birnn as kb  # noqa: E402
 from keras_birnn._cli import finish_args  # noqa: E402
 from keras_birnn.datasets import read_polarity  # noqa: E402
-from keras_birnn.recurrence import xla_disabled  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(REPO, "..", "shared", "data", "sentence_polarity")
 HEADS = ("final", "mean", "max", "attention")
 DIRECTIONS = ("uni", "bi")
 VARIANTS = tuple(f"{d}-{h}" for d in DIRECTIONS for h in HEADS)
+LAYERS = ("kb", "keras")
 
 
 # --- data ------------------------------------------------------------------------------
@@ -133,15 +152,22 @@ class Batches(keras.utils.PyDataset):
 
 
 def build_classifier(variant: str, vocab_size: int, embed_dim: int = 128, hidden: int = 64,
-                     dropout: float = 0.5, attention_units: int = 64) -> keras.Model:
-    """words `[B, T]` -> P(positive) `[B, 1]`."""
+                     dropout: float = 0.5, attention_units: int = 64, layers: str = "kb") -> keras.Model:
+    """words `[B, T]` -> P(positive) `[B, 1]`.
+
+    `layers="keras"` builds the twin from Keras's GRU and Bidirectional
+    (see the module docstring); the layers keep the kb variant's names."""
     direction, head = variant.split("-")
     if direction not in DIRECTIONS or head not in HEADS:
         raise ValueError(f"variant must be one of {VARIANTS}, received {variant!r}")
+    if layers not in LAYERS:
+        raise ValueError(f"layers must be one of {LAYERS}, received {layers!r}")
     words = keras.Input((None,), dtype="int32", name="words")
     x = keras.layers.Embedding(vocab_size, embed_dim, mask_zero=True, name="embedding")(words)
     x = keras.layers.Dropout(dropout)(x)
-    if direction == "uni":
+    if layers == "keras":
+        pooled, x = _keras_recurrence(direction, head, hidden, x)
+    elif direction == "uni":
         if head == "final":
             pooled = kb.Recurrent(kb.GRUCell(hidden), name="gru")(x)  # state after the last valid word
         else:
@@ -153,7 +179,10 @@ def build_classifier(variant: str, vocab_size: int, embed_dim: int = 128, hidden
         else:
             x = kb.Bidirectional(kb.GRUCell(hidden), return_sequences=True, name="bigru")(x)
     if head == "mean":
-        pooled = kb.MaskedMeanPooling(name="mean")(x)
+        if layers == "keras":
+            pooled = keras.layers.GlobalAveragePooling1D(name="mean")(x)  # masked mean
+        else:
+            pooled = kb.MaskedMeanPooling(name="mean")(x)
     elif head == "max":
         pooled = kb.MaskedMaxPooling(name="max")(x)
     elif head == "attention":
@@ -161,6 +190,17 @@ def build_classifier(variant: str, vocab_size: int, embed_dim: int = 128, hidden
     pooled = keras.layers.Dropout(dropout)(pooled)
     prob = keras.layers.Dense(1, activation="sigmoid", name="positive")(pooled)
     return keras.Model(words, prob, name=variant.replace("-", "_"))
+
+
+def _keras_recurrence(direction: str, head: str, hidden: int, x):
+    """The Keras twin's recurrent layer: (the pooled vector for the final
+    head or None, the per-position outputs or None)."""
+    sequences = head != "final"
+    if direction == "uni":
+        y = keras.layers.GRU(hidden, return_sequences=sequences, name="gru")(x)
+    else:
+        y = keras.layers.Bidirectional(keras.layers.GRU(hidden, return_sequences=sequences), name="bigru")(x)
+    return (None, y) if sequences else (y, None)
 
 
 # One traced predictor per model, dropped with the model; kept out of the
@@ -215,7 +255,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and of the weights")
-    parser.add_argument("--xla", action="store_true", help="run the recurrent loops XLA-compiled")
+    parser.add_argument("--layers", choices=LAYERS, default="kb",
+                        help="kb: keras_birnn's layers (default); keras: the same models from "
+                        "keras.layers.GRU / Bidirectional (final head: the layer's own final states; mean: "
+                        "GlobalAveragePooling1D; max and attention keep kb's masked pooling heads, which "
+                        "Keras lacks); same sizes, dropout and parameter counts")
+    parser.add_argument("--report-json", metavar="PATH",
+                        help="also write per-variant timings and accuracy to PATH as JSON: epoch_seconds "
+                        "(each epoch with its validation pass), fit_seconds, predict_sentences_per_second "
+                        "(a second, warm pass over the held-out set), accuracy")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
     args = parser.parse_args(argv)
@@ -250,37 +298,79 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     print(f"Load average at start: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs.")
 
     rows, models = [], {}
-    context = contextlib.nullcontext() if args.xla else xla_disabled()
-    with context:
-        for variant in args.variants:
-            keras.utils.set_random_seed(args.seed)
-            model = build_classifier(variant, len(vocab), args.embed_dim, args.hidden, args.dropout)
-            model.compile(optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=5.0),
-                          loss="binary_crossentropy", metrics=["accuracy"])
-            _, loss_before = evaluate(model, train)
-            began = time.perf_counter()
-            stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.patience,
-                                                 restore_best_weights=True)
-            history = model.fit(train, validation_data=val, epochs=args.epochs, callbacks=[stop],
-                                verbose=0 if args.quiet else 2)
-            seconds = time.perf_counter() - began
-            accuracy, _ = evaluate(model, test)
-            _, loss_after = evaluate(model, train)
-            val_losses = history.history["val_loss"]
-            row = {
-                "variant": variant, "params": model.count_params(), "accuracy": accuracy,
-                "best_epoch": int(np.argmin(val_losses)) + 1, "epochs_run": len(val_losses),
-                "seconds": seconds, "loss_before": loss_before, "loss_after": loss_after,
-            }
-            rows.append(row)
-            models[variant] = model
-            print(f"{variant}: held-out accuracy {100 * accuracy:.2f}% (epoch {row['best_epoch']} of "
-                  f"{row['epochs_run']}, {seconds:.0f} s)")
-    print(f"\nHeld-out accuracy ({len(test_idx)} sentences):")
+    for variant in args.variants:
+        keras.utils.set_random_seed(args.seed)
+        model = build_classifier(variant, len(vocab), args.embed_dim, args.hidden, args.dropout,
+                                 layers=args.layers)
+        model.compile(optimizer=keras.optimizers.Adam(args.learning_rate, clipnorm=5.0),
+                      loss="binary_crossentropy", metrics=["accuracy"])
+        _, loss_before = evaluate(model, train)
+        began = time.perf_counter()
+        stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.patience,
+                                             restore_best_weights=True)
+        timer = EpochTimer()
+        history = model.fit(train, validation_data=val, epochs=args.epochs, callbacks=[stop, timer],
+                            verbose=0 if args.quiet else 2)
+        seconds = time.perf_counter() - began
+        predict_began = time.perf_counter()
+        accuracy, _ = evaluate(model, test)
+        predict_first = time.perf_counter() - predict_began
+        _, loss_after = evaluate(model, train)
+        val_losses = history.history["val_loss"]
+        row = {
+            "variant": variant, "params": model.count_params(), "accuracy": accuracy,
+            "best_epoch": int(np.argmin(val_losses)) + 1, "epochs_run": len(val_losses),
+            "seconds": seconds, "loss_before": loss_before, "loss_after": loss_after,
+            "epoch_seconds": timer.seconds, "predict_first_seconds": predict_first,
+        }
+        if args.report_json:
+            predict_began = time.perf_counter()
+            evaluate(model, test)  # warm: the predictor is traced, the shapes seen
+            row["predict_sentences_per_second"] = len(test_idx) / (time.perf_counter() - predict_began)
+        rows.append(row)
+        models[variant] = model
+        print(f"{variant}: held-out accuracy {100 * accuracy:.2f}% (epoch {row['best_epoch']} of "
+              f"{row['epochs_run']}, {seconds:.0f} s)")
+    twin = ", Keras's GRU layers (--layers keras)" if args.layers == "keras" else ""
+    print(f"\nHeld-out accuracy ({len(test_idx)} sentences){twin}:")
     print(format_table(rows))
     total = time.perf_counter() - start
     print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
+    if args.report_json:
+        write_report(args.report_json, args, rows, len(test_idx), total)
     return {"rows": rows, "models": models, "vocab": vocab, "test": test, "seconds": total}
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Wall time of each epoch of `fit` (validation included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._began = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(time.perf_counter() - self._began)
+
+
+def write_report(path: str, args, rows, held_out: int, total: float) -> None:
+    """--report-json: one entry per variant; with a single variant its
+    numbers are also at the top level."""
+    entries = [
+        {"variant": r["variant"], "params": r["params"], "epoch_seconds": r["epoch_seconds"],
+         "fit_seconds": r["seconds"], "predict_first_seconds": r["predict_first_seconds"],
+         "predict_sentences_per_second": r["predict_sentences_per_second"], "accuracy": r["accuracy"],
+         "best_epoch": r["best_epoch"], "epochs_run": r["epochs_run"]}
+        for r in rows
+    ]
+    report = {"example": "sentence_classification", "layers": args.layers,
+              "held_out_sentences": held_out, "seconds": total, "variants": entries}
+    if len(entries) == 1:
+        report.update({k: v for k, v in entries[0].items() if k != "variant"}, variant=entries[0]["variant"])
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
 
 
 def format_table(rows) -> str:

@@ -1,0 +1,214 @@
+"""The training examples with keras_birnn's layers and with their Keras twins (`--layers kb|keras`).
+
+Runs examples/pos_tagging.py (one variant, the BiGRU with the projection
+merge, `--variants bigru`; full UD English EWT train and dev by default) and
+examples/sentence_classification.py (one variant, `bi-attention` by
+default; the sentence polarity data), each with `--layers kb` and
+`--layers keras`, each run in a fresh process, alternating round by round,
+and reads the numbers each example writes with `--report-json`:
+
+- epoch 1: the first epoch's seconds (tracing and compiling included);
+- later: the mean of the later epochs' seconds (the steady state);
+- fit: all epochs (the tagger: `model.fit` of each epoch; the classifier:
+  each epoch with its validation pass, as Keras's fit runs it);
+- predict: sentences per second of a second, warm pass of the example's own
+  predictor over its evaluation set (the tagger: dev; the classifier: its
+  held-out 10%); the first pass (tracing, compiling) is shown apart;
+- accuracy: dev UPOS for the tagger, held-out accuracy for the classifier.
+
+Then, for the tagger, the latency of the exported SavedModel (both paths
+export through `keras.export.ExportArchive`, the same serving signature:
+string tokens in, tags out), loaded in another fresh process with
+`tf.saved_model.load` and timed through its `serving_default` signature at
+batch 1 (each of the first 64 dev sentences, median) and batch 64 (the
+first 64 dev sentences, padded to the longest; median of the calls).
+
+    python benchmarks/bench_examples.py                      # full EWT, 2 epochs: long
+    python benchmarks/bench_examples.py --quick              # a smoke run: small slices and sizes
+    python benchmarks/bench_examples.py --examples pos --rounds 2
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EWT = os.path.join(REPO, "..", "shared", "data", "ud_english_ewt")
+EXAMPLES = ("pos", "classifier")
+LAYERS = ("kb", "keras")
+
+LATENCY_CHILD = r"""
+import json, os, statistics, sys, time
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf  # and nothing else: serving needs no keras_birnn (nor Keras)
+path, dev_path, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sentences, tokens = [], []
+for line in open(dev_path, encoding="utf-8"):  # the words of CoNLL-U lines with an integer ID
+    columns = line.rstrip("\n").split("\t")
+    if len(columns) >= 10 and columns[0].isdigit():
+        tokens.append(columns[1])
+    elif not line.strip() and tokens:
+        sentences.append(tokens)
+        tokens = []
+    if len(sentences) == 64:
+        break
+def padded(batch):
+    width = max(len(s) for s in batch)
+    return tf.constant([list(s) + [""] * (width - len(s)) for s in batch])
+began = time.perf_counter()
+serve = tf.saved_model.load(path).signatures["serving_default"]
+load_seconds = time.perf_counter() - began
+singles = [padded([s]) for s in sentences]
+full = padded(sentences)
+for x in singles[:3] + [full]:  # warm-up
+    serve(tokens=x)["tags"].numpy()
+one = []
+for _ in range(calls):
+    for x in singles:
+        began = time.perf_counter()
+        serve(tokens=x)["tags"].numpy()
+        one.append(time.perf_counter() - began)
+many = []
+for _ in range(max(calls * 5, 5)):
+    began = time.perf_counter()
+    serve(tokens=full)["tags"].numpy()
+    many.append(time.perf_counter() - began)
+print(json.dumps({"load_seconds": load_seconds, "batch1_ms": 1000 * statistics.median(one),
+                  "batch64_ms": 1000 * statistics.median(many), "batch64_words": sum(len(s) for s in sentences),
+                  "sentences": len(sentences)}))
+"""
+
+
+def example_command(example, layers, args, report, out):
+    if example == "pos":
+        command = [os.path.join(REPO, "examples", "pos_tagging.py"), "--train", args.train, "--dev", args.dev,
+                   "--variants", args.pos_variant, "--out", out]
+        if args.max_train_sentences:
+            command += ["--max-train-sentences", str(args.max_train_sentences)]
+        if args.max_dev_sentences:
+            command += ["--max-dev-sentences", str(args.max_dev_sentences)]
+        if args.no_latency:
+            command.append("--no-export")
+    else:
+        command = [os.path.join(REPO, "examples", "sentence_classification.py"),
+                   "--variants", args.classifier_variant, "--patience", str(args.epochs + 1)]
+        if args.max_sentences:
+            command += ["--max-sentences", str(args.max_sentences)]
+    command += ["--epochs", str(args.epochs), "--layers", layers, "--report-json", report, "--quiet"]
+    if args.quick:
+        command.append("--quick")
+    return [sys.executable] + command
+
+
+def run_child(command, timeout):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
+               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    began = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    seconds = time.perf_counter() - began
+    if done.returncode != 0:
+        lines = (done.stderr.strip() or done.stdout.strip()).splitlines() or ["(no output)"]
+        return None, lines[-1][:200], seconds
+    return done.stdout, None, seconds
+
+
+def measure(example, layers, args, workdir):
+    tag = f"{example}_{layers}_{len(os.listdir(workdir))}"
+    report, out = os.path.join(workdir, f"{tag}.json"), os.path.join(workdir, tag)
+    _, error, seconds = run_child(example_command(example, layers, args, report, out), args.timeout)
+    if error is not None:
+        return None, error
+    with open(report, encoding="utf-8") as f:
+        result = json.load(f)
+    result["process_seconds"] = seconds
+    export_path = result.get("export_path")
+    if example == "pos" and export_path and not args.no_latency:
+        command = [sys.executable, "-c", LATENCY_CHILD, export_path, args.dev, str(args.latency_calls)]
+        stdout, error, _ = run_child(command, args.timeout)
+        result["latency"] = json.loads(stdout.strip().splitlines()[-1]) if stdout else {"error": error}
+    shutil.rmtree(out, ignore_errors=True)
+    return result, None
+
+
+def ratio(numerator, denominator, key) -> float:
+    """Median of `key` over the runs `numerator` over its median over `denominator`."""
+    return statistics.median(key(r) for r in numerator) / statistics.median(key(r) for r in denominator)
+
+
+def describe(example, layers, result) -> str:
+    epochs = result["epoch_seconds"]
+    later = f"{statistics.mean(epochs[1:]):6.1f}" if len(epochs) > 1 else "     -"
+    what = "dev UPOS" if example == "pos" else "held-out"
+    line = (f"{example:10s} {layers:5s} {result['variant']:12s} epoch 1 {epochs[0]:6.1f} s, later {later} s | "
+            f"fit {result['fit_seconds']:6.1f} s | predict {result['predict_sentences_per_second']:6.0f} "
+            f"sentences/s (first pass {result['predict_first_seconds']:5.1f} s) | {what} "
+            f"{100 * result['accuracy']:5.2f}% | {result['params']:,} params | "
+            f"process {result['process_seconds']:.0f} s")
+    latency = result.get("latency")
+    if latency and "error" in latency:
+        line += f"\n{'':17s}SavedModel latency failed: {latency['error']}"
+    elif latency:
+        line += (f"\n{'':17s}SavedModel: batch 1 {latency['batch1_ms']:6.1f} ms (median over "
+                 f"{latency['sentences']} sentences), batch {latency['sentences']} {latency['batch64_ms']:6.1f} ms "
+                 f"({latency['batch64_words']} words), load {latency['load_seconds']:.1f} s")
+    return line
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=EXAMPLES)
+    parser.add_argument("--layers", nargs="+", default=list(LAYERS), choices=LAYERS)
+    parser.add_argument("--rounds", type=int, default=1, help="rounds; kb and keras alternate which runs first")
+    parser.add_argument("--epochs", type=int, default=2, help="epochs of each run (default 2)")
+    parser.add_argument("--train", default=os.path.join(EWT, "en_ewt-ud-train.conllu"), help="tagger: CoNLL-U train")
+    parser.add_argument("--dev", default=os.path.join(EWT, "en_ewt-ud-dev.conllu"), help="tagger: CoNLL-U dev")
+    parser.add_argument("--pos-variant", default="bigru", help="the tagger's --variants (default bigru)")
+    parser.add_argument("--classifier-variant", default="bi-attention",
+                        help="the classifier's --variants (default bi-attention)")
+    parser.add_argument("--max-train-sentences", type=int, default=None, help="tagger: first N training sentences")
+    parser.add_argument("--max-dev-sentences", type=int, default=None, help="tagger: first N dev sentences")
+    parser.add_argument("--max-sentences", type=int, default=None, help="classifier: a seeded subset of N sentences")
+    parser.add_argument("--quick", action="store_true",
+                        help="pass --quick to the examples (small slices and sizes; --epochs still applies)")
+    parser.add_argument("--no-latency", action="store_true", help="skip the tagger's export and its latency")
+    parser.add_argument("--latency-calls", type=int, default=3,
+                        help="passes over the 64 batch-1 sentences (and 5x as many batch-64 calls); default 3")
+    parser.add_argument("--timeout", type=int, default=7200, help="seconds per child process")
+    args = parser.parse_args(argv)
+    if min(args.rounds, args.epochs, args.latency_calls) < 1:
+        parser.error("--rounds, --epochs and --latency-calls must be at least 1")
+    print(f"Examples, keras_birnn against the Keras twins: {args.epochs} epochs, {args.rounds} round(s), "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}" + (" (--quick sizes)" if args.quick else ""),
+          flush=True)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench_examples_") as workdir:
+        for round_ in range(args.rounds):
+            for example in args.examples:
+                shift = round_ % len(args.layers)
+                for layers in args.layers[shift:] + args.layers[:shift]:
+                    result, error = measure(example, layers, args, workdir)
+                    if result is None:
+                        print(f"{example:10s} {layers:5s} failed: {error}", flush=True)
+                        continue
+                    results.setdefault((example, layers), []).append(result)
+                    print(describe(example, layers, result), flush=True)
+    for example in args.examples:
+        ours, twin = results.get((example, "kb")), results.get((example, "keras"))
+        if not ours or not twin:
+            continue
+        line = (f"{example}: keras/kb fit x{ratio(twin, ours, lambda r: r['fit_seconds']):.2f}, "
+                f"first epoch x{ratio(twin, ours, lambda r: r['epoch_seconds'][0]):.2f}")
+        if args.epochs > 1:
+            line += f", later epochs x{ratio(twin, ours, lambda r: statistics.mean(r['epoch_seconds'][1:])):.2f}"
+        line += f", predict throughput kb/keras x{ratio(ours, twin, lambda r: r['predict_sentences_per_second']):.2f}"
+        print(line + f" (medians over {min(len(ours), len(twin))} round(s); above 1: keras_birnn faster)")
+
+
+if __name__ == "__main__":
+    main()

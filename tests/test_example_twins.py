@@ -1,0 +1,189 @@
+"""The examples' `--layers keras` twins are the same models.
+
+For every variant of examples/pos_tagging.py and
+examples/sentence_classification.py: the Keras twin has the same number
+of trainable parameters, and with the kb model given the twin's weights
+(kb layers use Keras's weight layout; the projection merge's V_f, V_b, c
+are the rows of the twin's Dense kernel and its bias) both give the same
+probabilities to 1e-5 on a small padded batch. Padded positions are not
+compared for the tagger: where kb's projection merge sees the word mask
+it writes zeros there, Keras's Dense a softmax (documented in the
+example). Then one tiny run of each example with `--layers keras
+--report-json` (and the tagger's export of the twin).
+"""
+
+import contextlib
+import io
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from test_examples import EWT, POLARITY, load_example, quietly
+
+SENTENCES = [  # used when ../shared/data is absent
+    ["The", "old", "man", "sat", "on", "the", "chair", "."],
+    ["They", "lead", "the", "race"],
+    ["Colorless", "green", "ideas", "sleep", "furiously", "!"],
+    ["Hi"],
+    ["I", "do", "n't", "think", "so", ",", "said", "Ms.", "Smith-Jones", "yesterday"],
+]
+TAGGER_VARIANTS = ["gru", "bigru", "bilstm", "bilstm2"]
+CLASSIFIER_VARIANTS = [f"{d}-{h}" for d in ("uni", "bi") for h in ("final", "mean", "max", "attention")]
+
+
+def trainable_count(model) -> int:
+    return int(sum(np.prod(w.shape) for w in model.trainable_weights))
+
+
+def library_layers(model) -> list:
+    """keras_birnn's layers in `model`, at any depth."""
+    return [layer for layer in model._flatten_layers() if type(layer).__module__.split(".")[0] == "keras_birnn"]
+
+
+def kb_weights_from_twin(variant: str, twin: keras.Model, hidden: int):
+    """The twin's weights in the kb model's order. Both list the layers'
+    weights in the same order; only the projection merge differs: kb keeps
+    V_f, V_b, c where the twin has one Dense kernel [V_f; V_b] and c."""
+    weights = twin.get_weights()
+    if variant in ("bigru", "bilstm"):  # the tagger's projection variants
+        kernel, bias = weights[-2:]
+        assert kernel.shape[0] == 2 * hidden
+        weights = weights[:-2] + [kernel[:hidden], kernel[hidden:], bias]
+    return weights
+
+
+# --- pos_tagging ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tagger_data():
+    """(module, word ids [B, T], char ids [B, T, C], vocabulary sizes): a
+    small padded batch of EWT dev sentences (or SENTENCES)."""
+    pos = load_example("pos_tagging")
+    path = os.path.join(EWT, "en_ewt-ud-dev.conllu")
+    if os.path.exists(path):
+        sentences = pos.read_conllu(path)[:40]
+        batch = [sentences[i] for i in (0, 3, 7, 12, 20, 31)]
+    else:
+        sentences = [(s, ["NOUN"] * len(s), ["_"] * len(s)) for s in SENTENCES]
+        batch = sentences
+    words, chars, tags = pos.build_vocabularies(sentences, min_word_count=1)
+    encoder = pos.TokenEncoder(words[::2], chars[::2], max_chars=8)  # some OOV words and characters
+    word_ids, char_ids = encoder(pos.pad_tokens([toks for toks, _, _ in batch]))
+    return pos, word_ids.numpy(), char_ids.numpy(), encoder.word_count, encoder.char_count, len(tags) or 1
+
+
+SIZES = dict(word_dim=12, char_dim=6, char_units=5, hidden=7, dropout=0.3)
+
+
+@pytest.mark.parametrize("variant", TAGGER_VARIANTS)
+def test_tagger_twin_has_the_same_parameters_and_predictions(tagger_data, variant):
+    pos, word_ids, char_ids, n_words, n_chars, n_tags = tagger_data
+    assert list(pos.VARIANTS) == TAGGER_VARIANTS
+    assert (word_ids == 0).any() and (char_ids[word_ids != 0] == 0).any()  # padding in both
+    ours = pos.build_tagger(variant, n_words, n_chars, n_tags, **SIZES)
+    twin = pos.build_tagger(variant, n_words, n_chars, n_tags, **SIZES, layers="keras")
+    assert not library_layers(twin) and library_layers(ours)
+    assert trainable_count(ours) == trainable_count(twin) == ours.count_params() == twin.count_params()
+    ours.set_weights(kb_weights_from_twin(variant, twin, SIZES["hidden"]))
+    expected = np.asarray(twin((word_ids, char_ids), training=False))
+    actual = np.asarray(ours((word_ids, char_ids), training=False))
+    valid = word_ids != 0
+    np.testing.assert_allclose(actual[valid], expected[valid], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(expected[valid].sum(-1), 1.0, atol=1e-5)
+
+
+def test_char_encoder_twin_gives_zeros_for_padding_words(tagger_data):
+    pos, _, char_ids, _, n_chars, _ = tagger_data
+    ours = pos.CharWordEncoder(n_chars, 6, 5, name="ours")
+    twin = pos.CharWordEncoder(n_chars, 6, 5, layers="keras", name="twin")
+    ours.build(char_ids.shape)
+    twin.build(char_ids.shape)
+    ours.set_weights(twin.get_weights())
+    expected, actual = np.asarray(twin(char_ids)), np.asarray(ours(char_ids))
+    np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=1e-5)
+    empty = (char_ids == 0).all(-1)
+    assert empty.any() and not expected[empty].any() and not actual[empty].any()
+    assert twin.get_config()["layers"] == "keras" and "layers" not in ours.get_config()
+
+
+def test_tagger_layers_flag():
+    pos = load_example("pos_tagging")
+    assert pos.parse_args(["--train", "a", "--dev", "b"]).layers == "kb"
+    assert pos.parse_args(["--train", "a", "--dev", "b", "--layers", "keras"]).layers == "keras"
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
+        pos.parse_args(["--train", "a", "--dev", "b", "--layers", "torch"])
+    with pytest.raises(ValueError, match="layers"):
+        pos.build_tagger("gru", 10, 10, 3, layers="torch")
+
+
+# --- sentence_classification ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", CLASSIFIER_VARIANTS)
+def test_classifier_twin_has_the_same_parameters_and_predictions(variant):
+    sent = load_example("sentence_classification")
+    assert list(sent.VARIANTS) == CLASSIFIER_VARIANTS
+    ours = sent.build_classifier(variant, 40, 8, 6, 0.5, attention_units=5)
+    twin = sent.build_classifier(variant, 40, 8, 6, 0.5, attention_units=5, layers="keras")
+    assert trainable_count(ours) == trainable_count(twin) == ours.count_params() == twin.count_params()
+    ours.set_weights(kb_weights_from_twin(variant, twin, 6))
+    rng = np.random.default_rng(0)
+    lengths = [7, 1, 4, 9, 3]
+    words = np.zeros((len(lengths), max(lengths)), np.int32)
+    for row, n in enumerate(lengths):
+        words[row, :n] = rng.integers(1, 40, n)
+    expected = np.asarray(twin(words, training=False))
+    np.testing.assert_allclose(np.asarray(ours(words, training=False)), expected, atol=1e-5, rtol=1e-5)
+    # Padding changes nothing in the twin either (the heads read the mask).
+    wider = np.pad(words, ((0, 0), (0, 3)))
+    np.testing.assert_allclose(np.asarray(twin(wider, training=False)), expected, atol=1e-5, rtol=1e-5)
+
+
+# --- tiny runs of the keras path ---------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")
+def test_classifier_keras_run_writes_its_report(tmp_path):
+    sent = load_example("sentence_classification")
+    report = tmp_path / "report.json"
+    result, text = quietly(sent.run, [
+        "--pos", os.path.join(POLARITY, "rt-polarity.pos"), "--neg", os.path.join(POLARITY, "rt-polarity.neg"),
+        "--max-sentences", "200", "--epochs", "2", "--patience", "5", "--embed-dim", "8", "--hidden", "4",
+        "--variants", "bi-max", "--layers", "keras", "--report-json", str(report), "--quiet",
+    ])
+    assert "Keras's GRU layers" in text
+    out = json.loads(report.read_text())
+    assert out["layers"] == "keras" and out["variant"] == "bi-max" and len(out["epoch_seconds"]) == 2
+    assert out["fit_seconds"] >= sum(out["epoch_seconds"]) > 0 and out["predict_sentences_per_second"] > 0
+    assert out["accuracy"] == result["rows"][0]["accuracy"]
+    assert result["rows"][0]["loss_after"] < result["rows"][0]["loss_before"]
+
+
+@pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
+def test_tagger_keras_run_exports_the_twin(tmp_path):
+    pos = load_example("pos_tagging")
+    report = tmp_path / "report.json"
+    result, text = quietly(pos.run, [
+        "--train", os.path.join(EWT, "en_ewt-ud-train.conllu"), "--dev", os.path.join(EWT, "en_ewt-ud-dev.conllu"),
+        "--variants", "bigru", "--epochs", "1", "--max-train-sentences", "64", "--max-dev-sentences", "16",
+        "--hidden", "8", "--word-dim", "8", "--char-units", "4", "--batch-size", "16", "--layers", "keras",
+        "--out", str(tmp_path), "--report-json", str(report), "--quiet",
+    ])
+    assert "Keras's recurrent layers" in text
+    out = json.loads(report.read_text())
+    assert out["layers"] == "keras" and out["variant"] == "bigru" and len(out["epoch_seconds"]) == 1
+    assert out["export_path"] == result["export_path"] and out["accuracy"] == result["rows"][0]["dev"]
+    model = result["models"]["bigru"]
+    assert not library_layers(model)
+    sentences = [tokens for tokens, _, _ in result["dev"][:5]]
+    served = tf.saved_model.load(out["export_path"]).signatures["serving_default"]
+    tags = served(tokens=tf.constant(pos.pad_tokens(sentences).tolist()))["tags"].numpy()
+    unlabelled = [(s, ["X"] * len(s), ["_"] * len(s)) for s in sentences]
+    predicted = pos.predict_tags(model, pos.EncodedSet(unlabelled, result["encoder"], result["tags"]))
+    for row, tokens in enumerate(sentences):
+        assert [t.decode() for t in tags[row][: len(tokens)]] == [result["tags"][k] for k in predicted[row]]
