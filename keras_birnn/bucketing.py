@@ -1,4 +1,11 @@
-"""Time buckets: a few sequence lengths for XLA to compile, instead of every one.
+"""Shapes the loops run on: only the rows that have a valid step, and a few
+sequence lengths for XLA to compile (time buckets) instead of every one.
+
+Rows with no valid step (the padding words of a character encoder written
+as a reshape to `[batch * words, chars]`, often more than half the rows)
+change nothing but their own outputs, zeros, and final states, their
+initial states. So masked loops run on the other rows only
+(`valid_rows`), and the results are put back in place (`restore_rows`).
 
 XLA compiles one program per input shape. A graph traced with an unknown
 time size (`model.fit` on a `tf.data` pipeline of padded batches, each as
@@ -76,3 +83,52 @@ def crop_time(results: Sequence, steps: tf.Tensor) -> list:
 
 def _first_steps(sequence: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
     return tf.slice(sequence, [0, 0, 0], tf.stack([-1, steps, -1]))
+
+
+def valid_rows(directions: Sequence, mask: tf.Tensor) -> Tuple[list, tf.Tensor, tf.Tensor]:
+    """The directions and mask cut down to the rows with a valid step, and
+    those rows' indices. With no such row, row 0 stays (fully masked, it
+    changes nothing), so the loops never run on an empty batch."""
+    valid = tf.reduce_any(mask, axis=1)
+    first = tf.equal(tf.range(tf.shape(mask)[0]), 0)
+    valid = valid | (first & ~tf.reduce_any(valid))
+    rows = tf.where(valid)[:, 0]
+    part = tf.cast(valid, tf.int32)
+
+    def take(tensor):
+        # dynamic_partition, not gather: its gradient is a dense tensor (an
+        # initial state's gradient must not come back as IndexedSlices).
+        return None if tensor is None else tf.dynamic_partition(tensor, part, 2)[1]
+
+    taken = {}  # the directions of one layer share their inputs: gather them once
+    for d in directions:
+        if id(d.inputs) not in taken:
+            taken[id(d.inputs)] = take(d.inputs)
+    compact = [
+        d._replace(
+            inputs=taken[id(d.inputs)],
+            initial_states=[take(s) for s in d.initial_states],
+            state_mask=take(d.state_mask),
+        )
+        for d in directions
+    ]
+    return compact, take(mask), rows
+
+
+def restore_rows(results: Sequence, directions: Sequence, rows: tf.Tensor) -> list:
+    """`valid_rows`' inverse: zeros for the left-out rows' outputs, their
+    initial states for their final states."""
+    restored = []
+    for r, d in zip(results, directions):
+        outputs = None
+        if r.outputs is not None:
+            shape = tf.concat([tf.shape(d.inputs, out_type=tf.int64)[:2], tf.shape(r.outputs, out_type=tf.int64)[2:]], 0)
+            outputs = tf.scatter_nd(rows[:, None], r.outputs, shape)
+            outputs.set_shape(d.inputs.shape[:2].concatenate(r.outputs.shape[2:]))
+        finals = []
+        for initial, final in zip(d.initial_states, r.final_states):
+            restored_state = tf.tensor_scatter_nd_update(tf.cast(initial, final.dtype), rows[:, None], final)
+            restored_state.set_shape(initial.shape)
+            finals.append(restored_state)
+        restored.append(r._replace(outputs=outputs, final_states=finals))
+    return restored

@@ -127,6 +127,16 @@ def run(
             the shapes that recur (`compile_policy`); without it, they
             always run compiled while XLA is on.
     """
+    if mask is not None and not _in_xla():
+        # Rows without a valid step (padding words of a character encoder)
+        # are left out of the loops. Not inside XLA: the count is dynamic.
+        compact, compact_mask, rows = bucketing.valid_rows(directions, mask)
+        results = _run_bucketed(compact, compact_mask, return_sequences, bptt, counter)
+        return bucketing.restore_rows(results, directions, rows)
+    return _run_bucketed(directions, mask, return_sequences, bptt, counter)
+
+
+def _run_bucketed(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
     if _compiles_per_length(directions):
         directions, mask, steps = bucketing.pad_time(directions, mask)
         return bucketing.crop_time(_run(directions, mask, return_sequences, bptt, counter), steps)
@@ -436,7 +446,7 @@ def _chosen_loop_functions(static, split: bool, use_compiled: tf.Tensor):
     """`_loop_functions`' three functions, each running the XLA-compiled
     form where `use_compiled` holds and the plain one elsewhere (in a graph
     XLA compiles a branch only when it runs)."""
-    compiled, plain = _loop_functions(static, True, split), _loop_functions(static, False, split)
+    compiled, plain = _loop_functions(static, True, split), _loop_functions(static, "function", split)
 
     def choose(k):
         return lambda *args: tf.cond(use_compiled, lambda: compiled[k](*args), lambda: plain[k](*args))
