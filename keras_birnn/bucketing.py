@@ -4,8 +4,9 @@ sequence lengths for XLA to compile (time buckets) instead of every one.
 Rows with no valid step (the padding words of a character encoder written
 as a reshape to `[batch * words, chars]`, often more than half the rows)
 change nothing but their own outputs, zeros, and final states, their
-initial states. So masked loops run on the other rows only
-(`valid_rows`), and the results are put back in place (`restore_rows`).
+initial states. So masked loops of sequence-level encoders run on the
+other rows only (`valid_rows`), and the results are put back in place
+(`restore_rows`).
 
 XLA compiles one program per input shape. A graph traced with an unknown
 time size (`model.fit` on a `tf.data` pipeline of padded batches, each as

@@ -127,9 +127,12 @@ def run(
             the shapes that recur (`compile_policy`); without it, they
             always run compiled while XLA is on.
     """
-    if mask is not None and not _in_xla():
+    if mask is not None and not return_sequences and not _in_xla():
         # Rows without a valid step (padding words of a character encoder)
-        # are left out of the loops. Not inside XLA: the count is dynamic.
+        # are left out of sequence-level encoders' loops. Not for per-step
+        # outputs, whose rows are rarely empty (the gather and scatter cost a
+        # BiGRU tagger's training step about 20%), nor inside XLA (the count
+        # of rows left is dynamic).
         compact, compact_mask, rows = bucketing.valid_rows(directions, mask)
         results = _run_bucketed(compact, compact_mask, return_sequences, bptt, counter)
         return bucketing.restore_rows(results, directions, rows)
