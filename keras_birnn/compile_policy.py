@@ -2,8 +2,8 @@
 
 XLA compiles one program per input shape, and on CPU a bidirectional
 layer's training programs take seconds to compile, while a plain
-TensorFlow loop runs at once and, for the small steps of a character
-encoder, about as fast. A layer that meets a new shape at nearly every
+TensorFlow loop runs at once, at most a little slower per step for a
+character encoder's small steps (benchmarks/README.md). A layer that meets a new shape at nearly every
 batch (a character encoder whose batch is the number of words in the
 batch, a last partial batch, lengths beyond the time buckets) would spend
 its time compiling programs it uses once.

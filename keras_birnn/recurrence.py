@@ -22,7 +22,11 @@ padded beyond its longest row costs no steps for the padding.
 
 XLA compiles a program per input shape, so in a graph traced with an
 unknown sequence length the loops run on inputs padded to a few bucket
-lengths (`bucketing`), the padding masked and skipped.
+lengths (`bucketing`), the padding masked and skipped; a layer's loops
+run XLA-compiled only for the shapes it meets often, and as plain
+TensorFlow otherwise (`compile_policy`, the "counted" path of `_path`);
+sequence-level encoders leave rows without a valid step out
+(`bucketing.valid_rows`).
 
 Each step projects its own input (`x_t W + b`) inside the loop rather than
 projecting the whole sequence up front: with the per-step reads below,
@@ -35,7 +39,7 @@ or one iteration ahead into loop-carried tensors (`_time_loop` says which
 loops do which, and why).
 
 Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT of
-the BRNN text (BRNN, BPTT) instead of autodiff through `tf.while_loop`. The forward loop keeps
+the BRNN text (BRNN, BPTT and boundary states) instead of autodiff through `tf.while_loop`. The forward loop keeps
 each step's incoming states and what the cell's step maths save (the
 gates' pre-activations, or an LSTM's activations, so the backward step
 needs no matmul to rebuild them); one reverse loop then walks every
@@ -824,7 +828,7 @@ def _split_output_grads(directions, return_sequences, d_flat_out):
 
 
 def _bulk_gradients(directions, memory, records, d_initial, mask) -> list:
-    """After the BPTT loop (BRNN, BPTT): every gradient that is a sum over time,
+    """After the BPTT loop (BRNN, BPTT and boundary states): every gradient that is a sum over time,
     as one large matmul over all the steps the loops visited (`_span`; the
     others' records are zeros, and their inputs' gradients are zeros)."""
     steps = tf.shape(directions[0].inputs)[1]
