@@ -11,6 +11,7 @@ if _keras.backend.backend() != "tensorflow":
 from keras_birnn.bidirectional import Bidirectional, DirectionalProjection
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.compile_policy import compilation
+from keras_birnn.crf import CRF, CRFLoss
 from keras_birnn.export import export_saved_model
 from keras_birnn.nested import NestedEncoder
 from keras_birnn.recurrent import Recurrent
@@ -30,6 +31,8 @@ __all__ = [
     "Recurrent",
     "SimpleRNNCell",
     "compilation",
+    "CRF",
+    "CRFLoss",
     "export_saved_model",
     "fused_directions",
     "xla_disabled",

@@ -1,0 +1,561 @@
+"""A masked linear-chain conditional random field (CRF) head.
+
+The maths are small pure functions of `emissions [batch, time, K]`, a bool
+`mask [batch, time]` (or None: every position valid) and the chain's
+parameters `transitions [K, K]` (row: previous tag, column: next tag),
+`start [K]` and `end [K]`:
+
+    score(y) = start[y_1] + sum_i emissions[p_i, y_i]
+               + sum_{i>1} transitions[y_{i-1}, y_i] + end[y_n]
+
+where p_1 < ... < p_n are the row's valid positions. The chain skips masked
+positions wherever they are (right padding, left padding, holes): a
+transition links consecutive *valid* positions. A row with no valid position
+has log Z = 0, NLL = 0, tags 0 and marginals 0. Whatever sits in a masked
+emission slot (NaN included) reaches no output and no gradient.
+
+The layer (`CRF`) and the loss (`CRFLoss`) are thin wrappers around these
+functions; see the layer's docstring for how they fit Keras's `fit`.
+"""
+
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import initializers
+
+from keras_birnn.api_export import keras_birnn_export
+from keras_birnn.masking import validate_mask
+
+# Score of a forbidden transition: large and finite, so that no -inf - -inf
+# ever makes a NaN; exp(FORBIDDEN + anything sensible) is exactly 0.
+FORBIDDEN = -1e9
+# Decoded tag at masked positions (and everywhere in a row with no valid position).
+PAD_TAG = 0
+ALLOWED_TRANSITIONS = (None, "iob2")
+# Attribute of the layer's output (the decoded tags) that carries what the
+# loss needs; Keras hands a layer's mask to losses the same way (`_keras_mask`).
+SCORES_ATTRIBUTE = "_keras_birnn_crf_scores"
+
+
+class CRFScores(NamedTuple):
+    """What `CRFLoss` reads from the tags a `CRF` layer returned."""
+
+    emissions: tf.Tensor
+    mask: Optional[tf.Tensor]
+    transitions: tf.Tensor
+    start: tf.Tensor
+    end: tf.Tensor
+
+
+# --- the maths ----------------------------------------------------------------
+
+# No Python control flow depends on tensors here: skipping AutoGraph's
+# conversion saves seconds of tracing in a tf.function (and in `fit`).
+_plain = tf.autograph.experimental.do_not_convert
+
+
+def _prepare(emissions, mask) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Float emissions with masked slots zeroed, and a bool mask (all True for None)."""
+    emissions = tf.convert_to_tensor(emissions)
+    if mask is None:
+        return emissions, tf.ones(tf.shape(emissions)[:2], tf.bool)
+    mask = tf.cast(mask, tf.bool)
+    return tf.where(mask[..., None], emissions, tf.zeros_like(emissions)), mask
+
+
+def _time_major(x) -> tf.Tensor:
+    """Swaps the batch and time axes (either way)."""
+    rank = x.shape.rank
+    return tf.transpose(x, [1, 0] + list(range(2, rank)))
+
+
+def _last(outputs, initial) -> tf.Tensor:
+    """The last step of time-major scan outputs, or `initial` when there is no step."""
+    return tf.concat([initial[None], outputs], axis=0)[-1]
+
+
+def _zero_state(emissions, dtype=None) -> tf.Tensor:
+    shape = tf.stack([tf.shape(emissions)[0], tf.shape(emissions)[2]])
+    return tf.zeros(shape, dtype or emissions.dtype)
+
+
+def _not_started(emissions) -> tf.Tensor:
+    return tf.zeros(tf.shape(emissions)[:1], tf.bool)
+
+
+@_plain
+def forward_scores(emissions, mask, transitions, start) -> Tuple[tf.Tensor, tf.Tensor]:
+    """The forward algorithm in log space.
+
+    Returns:
+        `(alphas, last)`: alphas `[batch, time, K]`, at each valid position
+        the log-sum of the scores of every path prefix ending there in each
+        tag (start and emissions included); at a masked position the value of
+        the last valid one before it. `last` `[batch, K]` is the value after
+        the last position (zeros for a row with no valid position).
+    """
+    emissions, mask = _prepare(emissions, mask)
+
+    def step(carry, inputs):
+        alpha, started = carry
+        e_t, valid_t = inputs
+        chained = tf.reduce_logsumexp(alpha[:, :, None] + transitions, axis=1) + e_t
+        new = tf.where(started[:, None], chained, start + e_t)
+        return tf.where(valid_t[:, None], new, alpha), tf.logical_or(started, valid_t)
+
+    initial = (_zero_state(emissions), _not_started(emissions))
+    alphas, _ = tf.scan(step, (_time_major(emissions), _time_major(mask)), initializer=initial)
+    return _time_major(alphas), _last(alphas, initial[0])
+
+
+@_plain
+def backward_scores(emissions, mask, transitions, end) -> tf.Tensor:
+    """The backward algorithm in log space.
+
+    Returns:
+        betas `[batch, time, K]`: at each valid position, the log-sum of the
+        scores of every path suffix after it, given its tag (transitions,
+        later emissions and end included; `end` itself at the last valid
+        position). Values at masked positions are unspecified.
+    """
+    emissions, mask = _prepare(emissions, mask)
+
+    def step(carry, inputs):
+        beta, message, started = carry  # message = emissions + beta of the next valid position
+        e_t, valid_t = inputs
+        chained = tf.reduce_logsumexp(transitions + message[:, None, :], axis=2)
+        new = tf.where(started[:, None], chained, end + tf.zeros_like(chained))
+        valid = valid_t[:, None]
+        return (
+            tf.where(valid, new, beta),
+            tf.where(valid, e_t + new, message),
+            tf.logical_or(started, valid_t),
+        )
+
+    zeros = _zero_state(emissions)
+    initial = (zeros, zeros, _not_started(emissions))
+    betas, _, _ = tf.scan(
+        step, (_time_major(emissions), _time_major(mask)), initializer=initial, reverse=True
+    )
+    return _time_major(betas)
+
+
+@_plain
+def log_partition(emissions, mask, transitions, start, end) -> tf.Tensor:
+    """log Z `[batch]`: the log-sum of the scores of every path (0 for a row
+    with no valid position)."""
+    emissions, mask = _prepare(emissions, mask)
+    _, last = forward_scores(emissions, mask, transitions, start)
+    log_z = tf.reduce_logsumexp(last + end, axis=-1)
+    return tf.where(tf.reduce_any(mask, axis=1), log_z, tf.zeros_like(log_z))
+
+
+def _valid_first(tags, mask) -> tf.Tensor:
+    """Each row's tags at its valid positions, in order, moved to the front;
+    `[batch, time + 1]` (one padding column, so that column 0 always exists)."""
+    order = tf.argsort(tf.cast(tf.logical_not(mask), tf.int32), axis=1, stable=True)
+    ordered = tf.gather(tags, order, batch_dims=1)
+    return tf.concat([ordered, tf.zeros(tf.stack([tf.shape(tags)[0], 1]), tags.dtype)], axis=1)
+
+
+@_plain
+def path_score(emissions, tags, mask, transitions, start, end) -> tf.Tensor:
+    """score(tags) `[batch]` of the given paths; tags at masked positions
+    are ignored (any value, also out of range)."""
+    emissions, mask = _prepare(emissions, mask)
+    tags = tf.where(mask, tf.cast(tags, tf.int32), tf.zeros_like(mask, tf.int32))
+    emitted = tf.gather(emissions, tags, batch_dims=2)
+    emitted = tf.reduce_sum(tf.where(mask, emitted, tf.zeros_like(emitted)), axis=1)
+    ordered = _valid_first(tags, mask)
+    count = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+    links = tf.gather_nd(transitions, tf.stack([ordered[:, :-2], ordered[:, 1:-1]], axis=-1))
+    linked = tf.sequence_mask(tf.maximum(count - 1, 0), tf.shape(links)[1])
+    chained = tf.reduce_sum(tf.where(linked, links, tf.zeros_like(links)), axis=1)
+    last = tf.gather(ordered, tf.maximum(count - 1, 0), batch_dims=1)
+    ends = tf.gather(start, ordered[:, 0]) + tf.gather(end, last)
+    return emitted + chained + tf.where(count > 0, ends, tf.zeros_like(ends))
+
+
+@_plain
+def negative_log_likelihood(emissions, tags, mask, transitions, start, end) -> tf.Tensor:
+    """-log p(tags | emissions) = log Z - score(tags), `[batch]` (0 for a row
+    with no valid position)."""
+    return log_partition(emissions, mask, transitions, start, end) - path_score(
+        emissions, tags, mask, transitions, start, end
+    )
+
+
+def _viterbi_forward(emissions, mask, transitions, start):
+    """Best prefix scores after the last position `[batch, K]` and the back
+    pointers `[time, batch, K]` (identity where no transition enters: masked
+    positions and each row's first valid one)."""
+    identity = tf.range(tf.shape(transitions)[0], dtype=tf.int32)
+
+    def step(carry, inputs):
+        score, started, _ = carry
+        e_t, valid_t = inputs
+        candidates = score[:, :, None] + transitions
+        best = tf.argmax(candidates, axis=1, output_type=tf.int32)
+        new = tf.where(started[:, None], tf.reduce_max(candidates, axis=1) + e_t, start + e_t)
+        pointers = tf.where(tf.logical_and(valid_t, started)[:, None], best, identity)
+        return tf.where(valid_t[:, None], new, score), tf.logical_or(started, valid_t), pointers
+
+    initial = (_zero_state(emissions), _not_started(emissions), _zero_state(emissions, tf.int32))
+    scores, _, pointers = tf.scan(step, (_time_major(emissions), _time_major(mask)), initializer=initial)
+    return _last(scores, initial[0]), pointers
+
+
+def _backtrack(pointers, last_tag) -> tf.Tensor:
+    """Time-major tags `[time, batch]` from back pointers and the last tag."""
+
+    def step(tag, pointers_t):
+        return tf.gather(pointers_t, tag, batch_dims=1)
+
+    previous = tf.scan(step, pointers, initializer=last_tag, reverse=True)  # [t] = tag at t - 1
+    return tf.concat([previous[1:], last_tag[None]], axis=0)[: tf.shape(pointers)[0]]
+
+
+@_plain
+def viterbi_decode(emissions, mask, transitions, start, end) -> tf.Tensor:
+    """The highest-scoring path, int32 `[batch, time]`; `PAD_TAG` (0) at masked positions."""
+    emissions, mask = _prepare(emissions, mask)
+    final, pointers = _viterbi_forward(emissions, mask, transitions, start)
+    last_tag = tf.argmax(final + end, axis=-1, output_type=tf.int32)
+    tags = _time_major(_backtrack(pointers, last_tag))
+    return tf.where(mask, tags, tf.fill(tf.shape(tags), PAD_TAG))
+
+
+@_plain
+def marginals(emissions, mask, transitions, start, end) -> tf.Tensor:
+    """p(y_t = k | emissions) `[batch, time, K]` by forward-backward; 0 at masked positions."""
+    emissions, mask = _prepare(emissions, mask)
+    alphas, last = forward_scores(emissions, mask, transitions, start)
+    betas = backward_scores(emissions, mask, transitions, end)
+    log_z = tf.reduce_logsumexp(last + end, axis=-1)
+    valid = mask[..., None]
+    log_p = tf.where(valid, alphas + betas - log_z[:, None, None], tf.zeros_like(alphas))
+    return tf.where(valid, tf.exp(log_p), tf.zeros_like(log_p))
+
+
+# --- transition constraints ---------------------------------------------------
+
+
+def _iob2_parts(tag: str) -> Tuple[str, str]:
+    """("O", "") or ("B"/"I", type) of an IOB2 tag name."""
+    if tag == "O":
+        return "O", ""
+    if isinstance(tag, str) and len(tag) > 2 and tag[0] in "BI" and tag[1] == "-":
+        return tag[0], tag[2:]
+    raise ValueError(
+        f"allowed_transitions='iob2' needs tag names 'O', 'B-<type>' or 'I-<type>', received {tag!r}."
+    )
+
+
+def iob2_allowed(tags: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    """IOB2's allowed transitions `[K, K]` (previous, next) and starts `[K]`.
+
+    `I-X` may follow only `B-X` or `I-X`, and may not start a sequence;
+    every other transition, start and end is allowed.
+    """
+    parts = [_iob2_parts(tag) for tag in tags]
+    allowed = np.ones((len(parts), len(parts)), bool)
+    for j, (prefix, kind) in enumerate(parts):
+        if prefix == "I":
+            allowed[:, j] = [p in ("B", "I") and k == kind for p, k in parts]
+    start = np.array([prefix != "I" for prefix, _ in parts])
+    return allowed, start
+
+
+# --- the layer ----------------------------------------------------------------
+
+
+def _check_num_tags(num_tags) -> int:
+    if isinstance(num_tags, bool) or not isinstance(num_tags, (int, np.integer)) or num_tags < 2:
+        raise ValueError(f"`num_tags` must be an integer >= 2, received {num_tags!r}.")
+    return int(num_tags)
+
+
+def _check_tags(tags, num_tags: int, allowed_transitions) -> Optional[list]:
+    if allowed_transitions not in ALLOWED_TRANSITIONS:
+        raise ValueError(
+            f"`allowed_transitions` must be one of {ALLOWED_TRANSITIONS}, received {allowed_transitions!r}."
+        )
+    if tags is None:
+        if allowed_transitions is not None:
+            raise ValueError(f"allowed_transitions={allowed_transitions!r} needs `tags` (the tag names).")
+        return None
+    if isinstance(tags, str) or not all(isinstance(tag, str) for tag in tags):
+        raise TypeError(f"`tags` must be a list of tag names (strings), received {tags!r}.")
+    tags = list(tags)
+    if len(tags) != num_tags or len(set(tags)) != len(tags):
+        raise ValueError(
+            f"`tags` must hold num_tags={num_tags} distinct names, received {len(tags)}: {tags!r}."
+        )
+    return tags
+
+
+@keras_birnn_export("keras_birnn.CRF")
+class CRF(keras.layers.Layer):
+    """Linear-chain CRF head: decoded tags out, exact NLL for training.
+
+    On per-position scores (emissions) `[batch, time, num_tags]`, e.g. a
+    `Dense(num_tags)` on a `kb.Bidirectional(..., return_sequences=True)`,
+    a CRF scores whole tag sequences: emissions, a transition matrix
+    `[num_tags, num_tags]` (`transitions[i, j]`: tag i followed by tag j),
+    and start and end scores. Padded positions (right, left or holes) are
+    skipped: transitions link consecutive valid positions, the start score
+    applies at the first valid position and the end score at the last.
+
+    The layer returns the Viterbi path, int32 `[batch, time]`, in training
+    and at inference alike, with `PAD_TAG` (0) at masked positions; it
+    keeps the mask. So `model.predict` and an exported SavedModel give
+    tags. To train, compile with `kb.CRFLoss()`: the tags tensor also
+    carries the layer's emissions (float32), mask and chain parameters for
+    the loss, the way Keras hands a layer's mask to a loss; the loss is the
+    exact negative log-likelihood (forward algorithm in log space). Hence
+    `kb.CRFLoss` needs the CRF layer's output itself as `y_pred` (kb.CRF as
+    the model's last layer); for other set-ups use the methods below.
+
+    Why this design: Keras 3 losses receive only `(y_true, y_pred)`, and a
+    model's outputs are the same in `fit`, `evaluate` and `predict`.
+    Returning the emissions would make `predict` and serving return scores
+    instead of tags; switching outputs on `training` would break `evaluate`;
+    a wrapper model or `add_loss` would not train with a plain
+    `compile(loss=...)`. With tags as the output, the loss stays stateless
+    (saved and reloaded in `.keras` files with `safe_mode=True`), and
+    `keras.metrics.Accuracy()` gives the masked tag accuracy.
+
+    The recursions run in float32 (float64 under a float64 policy): under a
+    mixed policy the layer's own policy defaults to the variable dtype, and
+    its weights are never autocast.
+
+    Args:
+        num_tags: Number of tags K (>= 2); the emissions' last axis.
+        tags: Optional tag names, `num_tags` distinct strings (saved in the
+            config; needed by `allowed_transitions`).
+        allowed_transitions: None (every transition allowed) or `"iob2"`:
+            `I-X` only after `B-X` or `I-X`, never at the start; forbidden
+            transitions and starts score `FORBIDDEN` (-1e9, finite: no NaN),
+            so decoding never produces them. Gold paths must obey them too.
+        transitions_initializer: Initializer of the `[K, K]` transitions.
+        boundary_initializer: Initializer of the start and end scores.
+        **kwargs: Base layer arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        emissions: Float `[batch, time, num_tags]` scores (batch and time
+            may be unknown).
+        mask: Optional bool `[batch, time]`; Keras passes the propagated
+            mask. None: every position is valid.
+
+    Methods (same mask rules, all exact): `decode(emissions, mask)` (the
+    call's tags), `marginals(emissions, mask)` (p(tag at t), `[batch, time,
+    K]`, 0 at masked positions: confidence scores),
+    `log_partition(emissions, mask)` and
+    `negative_log_likelihood(emissions, tags, mask)` (`[batch]`).
+
+    Example:
+
+    >>> tokens = keras.Input((None,), dtype="int32")
+    >>> x = keras.layers.Embedding(1000, 32, mask_zero=True)(tokens)
+    >>> x = kb.Bidirectional(kb.GRUCell(32), return_sequences=True)(x)
+    >>> crf = kb.CRF(5, tags=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],
+    ...              allowed_transitions="iob2")
+    >>> tagger = keras.Model(tokens, crf(keras.layers.Dense(5)(x)))
+    >>> tagger.compile("adam", loss=kb.CRFLoss(), metrics=[keras.metrics.Accuracy()])
+    >>> tagger.fit(token_ids, tag_ids)      # tag_ids: int [batch, time]
+    >>> tagger.predict(token_ids)           # int32 tags, 0 at padding
+    """
+
+    def __init__(
+        self,
+        num_tags: int,
+        tags: Optional[Sequence[str]] = None,
+        allowed_transitions: Optional[str] = None,
+        transitions_initializer="zeros",
+        boundary_initializer="zeros",
+        **kwargs,
+    ):
+        if kwargs.get("dtype") is None:
+            policy = keras.config.dtype_policy()
+            if policy.compute_dtype != policy.variable_dtype:
+                kwargs["dtype"] = policy.variable_dtype
+        super().__init__(**kwargs)
+        self.num_tags = _check_num_tags(num_tags)
+        self.tags = _check_tags(tags, self.num_tags, allowed_transitions)
+        self.allowed_transitions = allowed_transitions
+        self.transitions_initializer = initializers.get(transitions_initializer)
+        self.boundary_initializer = initializers.get(boundary_initializer)
+        self._allowed = iob2_allowed(self.tags) if allowed_transitions == "iob2" else None
+        self.supports_masking = True
+
+    def _check_shape(self, shape) -> None:
+        shape = tuple(shape)
+        if len(shape) != 3:
+            raise ValueError(
+                f"Layer {self.name!r} expects emissions of rank 3 [batch, time, num_tags], "
+                f"received shape {shape}."
+            )
+        if shape[-1] is not None and shape[-1] != self.num_tags:
+            raise ValueError(
+                f"Layer {self.name!r} expects emissions with num_tags={self.num_tags} scores on "
+                f"the last axis, received shape {shape}."
+            )
+
+    def build(self, input_shape):
+        self._check_shape(input_shape)
+        k = self.num_tags
+        self.transitions = self.add_weight(
+            shape=(k, k), name="transitions", initializer=self.transitions_initializer, autocast=False
+        )
+        self.start = self.add_weight(
+            shape=(k,), name="start", initializer=self.boundary_initializer, autocast=False
+        )
+        self.end = self.add_weight(
+            shape=(k,), name="end", initializer=self.boundary_initializer, autocast=False
+        )
+
+    def chain_parameters(self) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """`(transitions, start, end)` as used, forbidden entries at `FORBIDDEN`."""
+        transitions = tf.convert_to_tensor(self.transitions)
+        start, end = tf.convert_to_tensor(self.start), tf.convert_to_tensor(self.end)
+        if self._allowed is not None:
+            allowed, allowed_start = self._allowed
+            forbidden = tf.constant(FORBIDDEN, transitions.dtype)
+            transitions = tf.where(tf.constant(allowed), transitions, forbidden)
+            start = tf.where(tf.constant(allowed_start), start, forbidden)
+        return transitions, start, end
+
+    def _inputs(self, emissions, mask) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
+        """Validated emissions in the recursion dtype, and a bool mask or None."""
+        if not self.built:
+            self.build(tf.TensorShape(emissions.shape))
+        emissions = tf.convert_to_tensor(emissions)
+        self._check_shape(emissions.shape)
+        if not emissions.dtype.is_floating:
+            raise TypeError(
+                f"Layer {self.name!r} expects float emissions, received dtype {emissions.dtype.name}."
+            )
+        return tf.cast(emissions, self.variable_dtype), validate_mask(mask, emissions)
+
+    def call(self, emissions, mask=None):
+        emissions, mask = self._inputs(emissions, mask)
+        parameters = self.chain_parameters()
+        tags = viterbi_decode(emissions, mask, *parameters)
+        setattr(tags, SCORES_ATTRIBUTE, CRFScores(emissions, mask, *parameters))
+        return tags
+
+    def decode(self, emissions, mask=None) -> tf.Tensor:
+        """Viterbi tags, int32 `[batch, time]`, `PAD_TAG` at masked positions."""
+        emissions, mask = self._inputs(emissions, mask)
+        return viterbi_decode(emissions, mask, *self.chain_parameters())
+
+    def marginals(self, emissions, mask=None) -> tf.Tensor:
+        """p(y_t = k | emissions), `[batch, time, num_tags]`, 0 at masked positions."""
+        emissions, mask = self._inputs(emissions, mask)
+        return marginals(emissions, mask, *self.chain_parameters())
+
+    def log_partition(self, emissions, mask=None) -> tf.Tensor:
+        """log Z, `[batch]` (0 for a row with no valid position)."""
+        emissions, mask = self._inputs(emissions, mask)
+        return log_partition(emissions, mask, *self.chain_parameters())
+
+    def negative_log_likelihood(self, emissions, tags, mask=None) -> tf.Tensor:
+        """-log p(tags | emissions), `[batch]`; tags at masked positions are ignored."""
+        emissions, mask = self._inputs(emissions, mask)
+        return negative_log_likelihood(emissions, tags, mask, *self.chain_parameters())
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def compute_output_shape(self, input_shape):
+        self._check_shape(input_shape)
+        return tuple(input_shape[:2])
+
+    def compute_output_spec(self, emissions, mask=None):
+        return keras.KerasTensor(self.compute_output_shape(emissions.shape), dtype="int32")
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update(
+            {
+                "num_tags": self.num_tags,
+                "tags": self.tags,
+                "allowed_transitions": self.allowed_transitions,
+                "transitions_initializer": initializers.serialize(self.transitions_initializer),
+                "boundary_initializer": initializers.serialize(self.boundary_initializer),
+            }
+        )
+        return config
+
+
+# --- the loss -----------------------------------------------------------------
+
+
+def crf_scores(y_pred) -> CRFScores:
+    """The `CRFScores` a `CRF` layer attached to its output tags."""
+    scores = getattr(y_pred, SCORES_ATTRIBUTE, None)
+    if scores is None:
+        raise ValueError(
+            "kb.CRFLoss needs the output of a kb.CRF layer as y_pred (make kb.CRF the model's "
+            "last layer, and compute the loss on its output as returned); received a tensor "
+            f"without the CRF's scores: {y_pred!r}. Outside a model, use "
+            "crf.negative_log_likelihood(emissions, tags, mask)."
+        )
+    return scores
+
+
+def _gold_tags(y_true, emissions) -> tf.Tensor:
+    """Integer labels `[batch, time]` (a trailing axis of size 1 is dropped)."""
+    y_true = tf.convert_to_tensor(y_true)
+    if y_true.shape.rank == 3 and y_true.shape[-1] == 1:
+        y_true = y_true[..., 0]
+    if y_true.shape.rank != 2:
+        raise ValueError(
+            "kb.CRFLoss expects integer tags y_true of shape [batch, time], received shape "
+            f"{y_true.shape} (emissions {emissions.shape})."
+        )
+    return tf.cast(y_true, tf.int32)
+
+
+@keras_birnn_export("keras_birnn.CRFLoss")
+class CRFLoss(keras.losses.Loss):
+    """Negative log-likelihood of the gold tags under a `kb.CRF` head.
+
+    One value per row (0 for a row with no valid position; labels at masked
+    positions are ignored), then Keras's reduction: by default the mean
+    over the batch's rows. `sample_weight` weighs rows (`[batch]`).
+
+    `y_pred` must be the output of a `kb.CRF` layer (the decoded tags,
+    which carry the CRF's scores; see `kb.CRF`); `y_true` holds integer
+    tags `[batch, time]`.
+
+    Args:
+        reduction: As for any Keras loss (`"sum_over_batch_size"`, `"sum"`,
+            `None`, ...).
+        name: Name of the loss.
+        dtype: Dtype of the returned loss (default: Keras's floatx).
+
+    Example:
+
+    >>> model.compile("adam", loss=kb.CRFLoss())   # model ends in kb.CRF
+    """
+
+    def __init__(self, reduction="sum_over_batch_size", name: str = "crf_loss", dtype=None):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Read the scores before Keras converts y_pred (a cast would drop them).
+        scores = crf_scores(y_pred)
+        tags = _gold_tags(y_true, scores.emissions)
+        nll = negative_log_likelihood(
+            scores.emissions, tags, scores.mask, scores.transitions, scores.start, scores.end
+        )
+        # Keras's own __call__ then applies sample weights, the reduction and
+        # the distribution scaling to the per-row values (see `call`).
+        return super().__call__(nll, nll, sample_weight)
+
+    def call(self, y_true, y_pred):
+        """The per-row NLL computed in `__call__`, unchanged."""
+        return y_pred
