@@ -172,7 +172,7 @@ def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionRes
         runner = functools.partial(_plain_loop, static)
     elif path == "counted" and tf.executing_eagerly():
         compiled = bool(counter.decide(*tf.shape(directions[0].inputs)[:2], bptt))
-        runner = functools.partial(_differentiable_loop, static, True if compiled else "function", split)
+        runner = functools.partial(_differentiable_loop, static, "shared-xla" if compiled else "shared", split)
     elif path == "counted":
         decide = functools.partial(counter.decide, *tf.unstack(tf.shape(directions[0].inputs)[:2]), bptt)
         runner = functools.partial(_counted_runner(static, split), decide)
@@ -452,13 +452,29 @@ def _state_mask_positions(specs) -> set:
 def _chosen_loop_functions(static, split: bool, use_compiled: tf.Tensor):
     """`_loop_functions`' three functions, each running the XLA-compiled
     form where `use_compiled` holds and the plain one elsewhere (in a graph
-    XLA compiles a branch only when it runs)."""
-    compiled, plain = _loop_functions(static, True, split), _loop_functions(static, "function", split)
+    XLA compiles a branch only when it runs). Both forms call the same
+    traced loops (`_shared_leaf`), so a new signature is traced once."""
+    compiled, plain = _loop_functions(static, "shared-xla", split), _loop_functions(static, "shared", split)
 
     def choose(k):
         return lambda *args: tf.cond(use_compiled, lambda: compiled[k](*args), lambda: plain[k](*args))
 
     return choose(0), choose(1), choose(2)
+
+
+_SHARED_LEAVES: dict = {}
+
+
+def _shared_leaf(key, fn):
+    """One plain `tf.function` per loop role and structure, which the plain
+    form calls directly and the XLA form calls inside its own compiled
+    function: tracing a loop (not compiling it) is most of a new
+    signature's graph-building time, and a graph holding both forms traced
+    each loop twice."""
+    leaf = _SHARED_LEAVES.get(key)
+    if leaf is None:
+        leaf = _SHARED_LEAVES[key] = tf.function(fn, reduce_retracing=True, autograph=False)
+    return leaf
 
 
 @functools.lru_cache(maxsize=None)
@@ -473,12 +489,14 @@ def _loop_functions(static, xla, split: bool):
     if split:
         return _split_loop_functions(static, xla)
     specs, has_mask, return_sequences, keep = static
+    # The shared forms read slices as XLA's do (`_time_loop`), in both.
+    xla_reads = xla in (True, "shared", "shared-xla")
 
     def forward_fn(keep_for_bptt, read_in_step=False):
         def forward(flat, mask):
             directions = _unflatten(list(flat), specs)
             sequences, final_states, memory = _forward_loop(
-                directions, mask if has_mask else None, return_sequences, keep_for_bptt, read_in_step
+                directions, mask if has_mask else None, return_sequences, keep_for_bptt, read_in_step, xla_reads
             )
             flat_out = _flatten_outputs(sequences, final_states, return_sequences)
             return flat_out, [t for kept in memory for t in kept]
@@ -488,7 +506,12 @@ def _loop_functions(static, xla, split: bool):
     def backward_loop(flat, mask, memory, d_flat_out):
         directions = _unflatten(list(flat), specs)
         records, d_initial = _backward_loop(
-            directions, mask if has_mask else None, return_sequences, _group_memory(directions, memory), d_flat_out
+            directions,
+            mask if has_mask else None,
+            return_sequences,
+            _group_memory(directions, memory),
+            d_flat_out,
+            xla_reads,
         )
         return records, d_initial
 
@@ -502,21 +525,28 @@ def _loop_functions(static, xla, split: bool):
         memory = _group_memory(directions, memory)
         return _bulk_gradients(directions, memory, records, d_initial, mask if has_mask else None)
 
-    def compiled(fn):
+    def compiled(role, fn):
         # xla: True (XLA-compiled), "function" (a plain tf.function: eager
-        # calls run graphs, not Python loops), False (inline ops).
+        # calls run graphs, not Python loops), False (inline ops), "shared"
+        # / "shared-xla" (the plain and XLA forms of the counted path,
+        # around one traced function per role).
         if not xla:
             return fn
+        if xla in ("shared", "shared-xla"):
+            plain = _shared_leaf((static, role), fn)
+            if xla == "shared":
+                return plain
+            return tf.function(lambda *args: plain(*args), jit_compile=True, reduce_retracing=True, autograph=False)
         return tf.function(fn, jit_compile=xla is True, reduce_retracing=True, autograph=False)
 
-    compiled_backward_loop = compiled(backward_loop)
-    keeping = compiled(forward_fn(True))
+    compiled_backward_loop = compiled("backward", backward_loop)
+    keeping = compiled("keeping", forward_fn(True))
     if keep:
         return keeping, keeping, backward
-    forward = compiled(forward_fn(False))
-    max_inline_batch = _max_inline_batch(specs) if xla is True else 0
+    forward = compiled("forward", forward_fn(False))
+    max_inline_batch = _max_inline_batch(specs) if xla_reads else 0
     if max_inline_batch:
-        small = compiled(forward_fn(False, read_in_step=True))
+        small = compiled("small", forward_fn(False, read_in_step=True))
         forward = _by_batch_size(max_inline_batch, small=small, large=forward)
     return forward, keeping, backward
 
@@ -718,7 +748,7 @@ def _in_xla() -> bool:
     return tf.__internal__.get_enclosing_xla_context() is not None
 
 
-def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False):
+def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False, xla_reads=False):
     """The loop itself. With `keep_for_bptt`, also returns per direction the
     time-major stacks of what the step maths saved and of the incoming states
     (what the backward step needs; the projected inputs are not kept).
@@ -729,7 +759,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     mask_tm = None if mask is None else tf.transpose(mask)[..., None]
     span = _span(mask, steps)
 
-    in_step = read_in_step or (keep_for_bptt and _in_xla())
+    in_step = read_in_step or (keep_for_bptt and (xla_reads or _in_xla()))
 
     def read(i):
         current = []
@@ -893,7 +923,7 @@ def _materialize_saved(d: Direction) -> bool:
     return bool(getattr(d.math, "materialize_saved", False))
 
 
-def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
+def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False):
     """Each direction walks back over its own time order; returns per
     direction the time-major stack of the cell's per-step records (from
     which the bulk gradients are summed) and the initial states' gradients."""
@@ -907,7 +937,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out):
     # shapes, GRU at the large one; benchmarks/README.md).
     transposed_kernels = [tf.transpose(d.recurrent_kernel) for d in directions]
 
-    in_xla = _in_xla()
+    in_xla = xla_reads or _in_xla()
 
     def read(i):
         current = []
