@@ -133,13 +133,13 @@ def peers_for(cell, shape, with_torch):
     return peers
 
 
-def measure(peers, mode, rounds, warmup=2):
+def measure(peers, mode, rounds, steps, warmup=2):
     """Steady-state times. keras_birnn's warm-up runs until the shape is
-    XLA-compiled (the loops run plain until a layer has met a shape
-    `compile_after` times: keras_birnn.compile_policy)."""
+    XLA-compiled (the loops run plain until a layer has run enough steps at
+    a shape: keras_birnn.compile_policy)."""
     index = 0 if mode == "infer" else 1
     for name, fns in peers.items():
-        calls = warmup + (compile_policy.settings()["compile_after"] if name == "keras_birnn" else 0)
+        calls = warmup + (compile_policy.calls_before_compiled(steps) if name == "keras_birnn" else 0)
         for _ in range(calls):
             _timed(fns[index])
     times = {name: [] for name in peers}
@@ -224,7 +224,7 @@ def main(argv=None):
             flops = recurrence_flops(cell, *SHAPES[shape_name])
             for mode in args.modes:
                 floor = flops / rate * (3 if mode == "train" else 1)
-                report_row(f"{shape_name} {cell} {mode}", measure(peers, mode, args.rounds), floor)
+                report_row(f"{shape_name} {cell} {mode}", measure(peers, mode, args.rounds, SHAPES[shape_name][1]), floor)
             del peers
     if args.no_first_call:
         return

@@ -1,21 +1,28 @@
 """Which loops XLA compiles: the shapes that recur, not every shape met.
 
-XLA compiles one program per input shape, and on CPU a bidirectional
-layer's training programs take seconds to compile, while a plain
-TensorFlow loop runs at once, at most a little slower per step for a
-character encoder's small steps (benchmarks/README.md). A layer that meets a new shape at nearly every
-batch (a character encoder whose batch is the number of words in the
-batch, a last partial batch, lengths beyond the time buckets) would spend
-its time compiling programs it uses once.
+XLA compiles one program per input shape. On 2 CPU cores a bidirectional
+layer's training programs for one shape took 5-8 s to compile, and then
+saved about 0.45 ms per time step of a training call over the plain
+TensorFlow loop (benchmarks/README.md, "Compile policy"): a shape must
+come back for thousands of steps before its compilation has paid. A
+layer that meets a new shape at nearly every batch (a character encoder
+whose batch is the number of words in the batch, a last partial batch,
+lengths beyond the time buckets) would spend its time compiling programs
+it uses once.
 
 So each layer counts, at run time, the loop shapes it meets (batch size,
 time size after `bucketing`, training or inference), and runs a shape's
 loops as plain TensorFlow until it has met that shape `compile_after`
-times; from then on that shape runs XLA-compiled. At most
-`max_compiled_shapes` shapes per layer are ever compiled; the rest stay
-plain. The choice changes neither numbers beyond float rounding nor
-gradients: both paths are the same loops and the same hand-written BPTT
-(the NumPy oracle tests run on both).
+times; from then on that shape runs XLA-compiled. By default
+(`compile_after="auto"`) that is once the layer has run
+`AUTO_COMPILE_STEPS` time steps at the shape (calls times time size): the
+rule of renting until the rent paid equals the price of buying, which
+never pays more than twice the best choice in hindsight, with the price
+(a compilation) and the rent (the plain loop's extra time per step)
+measured here. At most `max_compiled_shapes` shapes per layer are ever
+compiled; the rest stay plain. The choice changes neither numbers beyond
+float rounding nor gradients: both paths are the same traced loops and
+the same hand-written BPTT (the NumPy oracle tests run on both).
 
 Counting happens in graphs and in eager calls alike, static shapes
 included: `model.fit` first traces the exact shape of its first batch,
@@ -29,7 +36,7 @@ a layer met, how often, and which it compiled.
 
 import contextlib
 import threading
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import tensorflow as tf
 
@@ -37,19 +44,27 @@ _FLAG = 1 << 62  # marks a shape's "compiled" entry
 _PROMOTED = -1  # the key counting the shapes compiled so far
 
 
+# Time steps a layer runs at one shape before compiling it, by default:
+# a compilation's cost over the plain loop's extra cost per step, both
+# measured on 2 cores (benchmarks/README.md, "Compile policy").
+AUTO_COMPILE_STEPS = 12_000
+
+
 class _Settings:
-    compile_after = 100
+    compile_after = "auto"
     max_compiled_shapes = 16
 
 
 @contextlib.contextmanager
-def compilation(compile_after: Optional[int] = None, max_compiled_shapes: Optional[int] = None):
+def compilation(compile_after: Union[int, str, None] = None, max_compiled_shapes: Optional[int] = None):
     """Sets when loops traced inside the `with` block are compiled.
 
     Args:
         compile_after: A loop shape runs XLA-compiled from the time a
             layer meets it for the `compile_after`-th time (1: at once);
-            before that it runs as plain TensorFlow.
+            before that it runs as plain TensorFlow. `"auto"` (the
+            default): once the layer has run `AUTO_COMPILE_STEPS` time
+            steps at that shape.
         max_compiled_shapes: At most this many shapes per layer are
             compiled (0: none).
 
@@ -62,11 +77,10 @@ def compilation(compile_after: Optional[int] = None, max_compiled_shapes: Option
         model.fit(dataset)      # every shape compiled when first met
     ```
     """
-    for name, value in (("compile_after", compile_after), ("max_compiled_shapes", max_compiled_shapes)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"`{name}` must be an integer >= 0, received {value!r}.")
-    if compile_after == 0:
-        raise ValueError("`compile_after` must be an integer >= 1, received 0.")
+    if compile_after is not None and compile_after != "auto" and not _is_count(compile_after, minimum=1):
+        raise ValueError(f'`compile_after` must be an integer >= 1 or "auto", received {compile_after!r}.')
+    if max_compiled_shapes is not None and not _is_count(max_compiled_shapes, minimum=0):
+        raise ValueError(f"`max_compiled_shapes` must be an integer >= 0, received {max_compiled_shapes!r}.")
     previous = (_Settings.compile_after, _Settings.max_compiled_shapes)
     if compile_after is not None:
         _Settings.compile_after = compile_after
@@ -78,9 +92,30 @@ def compilation(compile_after: Optional[int] = None, max_compiled_shapes: Option
         _Settings.compile_after, _Settings.max_compiled_shapes = previous
 
 
+def _is_count(value, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 def settings() -> dict:
     """The settings in force: `{"compile_after": ..., "max_compiled_shapes": ...}`."""
     return {"compile_after": _Settings.compile_after, "max_compiled_shapes": _Settings.max_compiled_shapes}
+
+
+def calls_before_compiled(steps: int) -> int:
+    """How many calls at a shape of `steps` time steps (after time buckets)
+    a layer makes before that shape runs compiled, under the settings in
+    force."""
+    if _Settings.compile_after != "auto":
+        return _Settings.compile_after
+    return -(-AUTO_COMPILE_STEPS // max(steps, 1))
+
+
+def _threshold(steps: tf.Tensor) -> tf.Tensor:
+    """`calls_before_compiled` in the graph."""
+    if _Settings.compile_after != "auto":
+        return tf.constant(_Settings.compile_after, tf.int64)
+    steps = tf.maximum(tf.cast(steps, tf.int64), 1)
+    return (AUTO_COMPILE_STEPS + steps - 1) // steps
 
 
 class ShapeCounter:
@@ -119,7 +154,7 @@ class ShapeCounter:
         keys = tf.stack([key, key + _FLAG, tf.constant(_PROMOTED, tf.int64)])
         count, flag, promoted = tf.unstack(table.lookup(keys), num=3)
         count += 1
-        promote = (flag == 0) & (count >= _Settings.compile_after) & (promoted < _Settings.max_compiled_shapes)
+        promote = (flag == 0) & (count >= _threshold(steps)) & (promoted < _Settings.max_compiled_shapes)
         compiled = (flag > 0) | promote
         update = table.insert(keys, tf.stack([count, tf.cast(compiled, tf.int64), promoted + tf.cast(promote, tf.int64)]))
         with tf.control_dependencies([update]):

@@ -1,5 +1,6 @@
 """When loops run XLA-compiled: a layer runs a loop shape as plain
-TensorFlow until it has met that shape `compile_after` times, then
+TensorFlow until it has met that shape `compile_after` times (by default,
+until it has run `AUTO_COMPILE_STEPS` time steps at it), then
 compiled. Both paths must give the NumPy oracle's numbers, and the layer
 must never compile a program for each new batch size."""
 
@@ -10,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
+from keras_birnn import compile_policy
 from birnn_cases import CELLS, MASK, TRAINING_MODES, F, make_case, to_numpy
 from test_case import assert_all_close, run_python
 
@@ -58,6 +60,24 @@ def test_a_shape_is_compiled_at_its_nth_call():
             [shape] = _shapes(layer)
             assert shape == {"batch": 2, "time": 8, "training": False, "calls": n, "compiled": n >= 3}
     assert set(layer.loop_report()["traced"]) == {"counted"}
+
+
+@pytest.mark.parametrize("length, bucket", [(5, 8), (20, 24)])
+def test_auto_compiles_after_a_number_of_steps(monkeypatch, length, bucket):
+    """By default a shape is compiled once the layer has run
+    `AUTO_COMPILE_STEPS` time steps at it: 40 steps are 5 calls at the
+    8-step bucket and 2 at the 24-step one."""
+    monkeypatch.setattr(compile_policy, "AUTO_COMPILE_STEPS", 40)
+    layer = kb.Bidirectional(kb.GRUCell(3), return_sequences=True)
+    call = tf.function(lambda x, m: layer(x, mask=m), input_signature=UNKNOWN)
+    x = np.ones((2, length, F), np.float32)
+    threshold = -(-40 // bucket)
+    assert compile_policy.settings()["compile_after"] == "auto"
+    assert compile_policy.calls_before_compiled(bucket) == threshold
+    for n in range(1, threshold + 2):
+        call(x, np.ones((2, length), bool))
+        [shape] = _shapes(layer)
+        assert (shape["time"], shape["calls"], shape["compiled"]) == (bucket, n, n >= threshold)
 
 
 def test_at_most_max_compiled_shapes():
@@ -126,7 +146,8 @@ def test_copies_count_afresh():
 @pytest.mark.parametrize(
     "kwargs, message",
     [({"compile_after": 0}, "compile_after"), ({"compile_after": 1.5}, "compile_after"),
-     ({"max_compiled_shapes": -1}, "max_compiled_shapes"), ({"compile_after": True}, "compile_after")],
+     ({"max_compiled_shapes": -1}, "max_compiled_shapes"), ({"compile_after": True}, "compile_after"),
+     ({"compile_after": "always"}, "compile_after"), ({"max_compiled_shapes": 2.0}, "max_compiled_shapes")],
 )
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
