@@ -682,6 +682,28 @@ def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
     return sequence_tm[t] if _visits_all(span) else tf.gather(sequence_tm, t)
 
 
+def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, steps) -> tf.Tensor:
+    """The outputs the forward loop wrote at its iterations `i` (`stacked_tm`,
+    time-major), each moved to its input position (`_time_index`), zeros at
+    the positions the loop skipped (`_span`).
+
+    The loop writes its outputs at the iteration, not at the position:
+    converters that turn the loop into an ONNX `Loop` (tf2onnx) make every
+    TensorArray write a scan output, stacked in iteration order whatever
+    the index written at, and only as long as the loop ran. Written at the
+    position, a backward direction's outputs came out reversed in time, and
+    a batch padded beyond its longest row came out that much shorter.
+    Exact in TensorFlow: a reverse, or a gather and a select."""
+    if _visits_all(span):
+        return tf.reverse(stacked_tm, [0]) if direction.reverse else stacked_tm
+    positions = tf.range(steps)
+    iteration = span.first + span.count - 1 - positions if direction.reverse else positions - span.first
+    visited = (iteration >= 0) & (iteration < span.count)
+    # Clipped into the iterations run: a converted loop's stack has only those.
+    gathered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
+    return tf.where(visited[:, None, None], gathered, tf.zeros_like(gathered))
+
+
 def _backward_time_index(direction: Direction, i, span: _Span):
     """The input position BPTT visits at iteration `i`: the forward order reversed."""
     return _time_index(direction, span.count - 1 - i, span)
@@ -789,7 +811,9 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
             stepped, emitted, memory = step(d, x_t, valid, states[k])
             new_states.append(stepped)
             if outputs:
-                new_outputs.append(outputs[k].write(t, emitted))
+                # Written in iteration order, put in time order after the
+                # loop (`_in_time_order`).
+                new_outputs.append(outputs[k].write(i, emitted))
             if kept:
                 new_kept.append([a.write(t, m) for a, m in zip(kept[k], memory)])
         return new_states, new_outputs, new_kept
@@ -798,7 +822,9 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
     final_states, outputs, kept = _time_loop(span, steps, read, body, initial)
-    sequences = [tf.transpose(o.stack(), [1, 0, 2]) for o in outputs] if outputs else [None] * len(directions)
+    sequences = [None] * len(directions)
+    if outputs:
+        sequences = [tf.transpose(_in_time_order(o.stack(), d, span, steps), [1, 0, 2]) for o, d in zip(outputs, directions)]
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
 
