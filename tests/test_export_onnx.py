@@ -1,0 +1,61 @@
+"""ONNX conversion of an exported SavedModel (tf2onnx, onnxruntime): both
+directions' outputs match Keras, right-padded batches included.
+
+tf2onnx turns a TensorArray written inside a `While` into an ONNX `Loop`
+scan output in iteration order, ignoring the index written at; the forward
+loop writes its outputs at the iteration so that the converted graph is
+right (`recurrence._in_time_order`). Skipped where tf2onnx or onnxruntime is
+not installed.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_birnn as kb
+from keras_birnn.export import LENGTHS_KEY, SIGNATURE_DEFAULT, SIGNATURE_UNPADDED
+
+tf2onnx = pytest.importorskip("tf2onnx")
+ort = pytest.importorskip("onnxruntime")
+from tf2onnx import tf_loader  # noqa: E402
+
+FEATURES, UNITS = 3, 4
+
+
+def _session(path, signature):
+    graph_def, inputs, outputs, rename = tf_loader.from_saved_model(
+        path, None, None, signatures=[signature], return_tensors_to_rename=True
+    )
+    proto, _ = tf2onnx.convert.from_graph_def(
+        graph_def, input_names=inputs, output_names=outputs, opset=17, tensors_to_rename=rename
+    )
+    return ort.InferenceSession(proto.SerializeToString())
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_onnx_matches_keras(tmp_path, cell):
+    keras.utils.set_random_seed(0)
+    features = keras.Input((None, FEATURES))
+    make = {"gru": kb.GRUCell, "lstm": kb.LSTMCell}[cell]
+    outputs = kb.Bidirectional(make(UNITS), return_sequences=True)(features)
+    model = keras.Model(features, outputs)
+    path = kb.export_saved_model(model, tmp_path, version=1)
+    rng = np.random.default_rng(0)
+
+    unpadded = _session(path, SIGNATURE_UNPADDED)
+    for batch, time in [(2, 5), (3, 9)]:
+        x = rng.normal(size=(batch, time, FEATURES)).astype("float32")
+        got = unpadded.run(None, {unpadded.get_inputs()[0].name: x})[0]
+        np.testing.assert_allclose(got, model(x), atol=1e-5)
+
+    padded = _session(path, SIGNATURE_DEFAULT)
+    names = {i.name.split(":")[0]: i.name for i in padded.get_inputs()}
+    # The last batch is padded beyond its longest row: the loop skips those steps.
+    for lengths, time in [([5, 3], 5), ([9, 4, 1], 9), ([3, 2, 1], 7)]:
+        lengths = np.asarray(lengths, "int32")
+        mask = np.arange(time)[None] < lengths[:, None]
+        x = rng.normal(size=(len(lengths), time, FEATURES)).astype("float32")
+        x = np.where(mask[..., None], x, 0).astype("float32")
+        got = padded.run(None, {names["inputs"]: x, names[LENGTHS_KEY]: lengths})[0]
+        np.testing.assert_allclose(got, model(x, mask=tf.constant(mask)), atol=1e-5)
