@@ -16,7 +16,8 @@ the later ones show the steady state.
 
 Peers:
 - keras: `keras.layers.Bidirectional` (no XLA: Keras's own choice for LSTM/GRU).
-- keras_birnn: the default, XLA-compiled loops on time buckets (`keras_birnn.bucketing`).
+- keras_birnn: the default: loops on time buckets (`keras_birnn.bucketing`), plain
+  until a shape has run enough steps, then XLA-compiled (`keras_birnn.compile_policy`).
 - keras_birnn_plain: the loops as plain TensorFlow (`recurrence.xla_disabled()`).
 - keras_birnn_per_length: XLA without buckets, one compilation per length
   (what the default did before buckets; switched by a private hook).
@@ -73,13 +74,16 @@ model.compile("adam", "sparse_categorical_crossentropy")
 if peer == "keras_birnn_per_length":
     recurrence._compiles_per_length = lambda directions: False
 tracing = recurrence.xla_disabled() if peer == "keras_birnn_plain" else contextlib.nullcontext()
-times = []
+times, compiled = [], []
 with tracing:
     for _ in range(epochs):
         start = time.perf_counter()
         loss = model.fit(data, epochs=1, verbose=0).history["loss"][-1]
         times.append(time.perf_counter() - start)
-print(json.dumps({"times": times, "loss": loss, "batches": -(-sentences // batch), "lengths": len(padded_lengths)}))
+        if hasattr(layer, "loop_report"):  # shapes compiled by the end of each epoch
+            compiled.append(sum(s["compiled"] for s in layer.loop_report()["shapes"]))
+print(json.dumps({"times": times, "loss": loss, "batches": -(-sentences // batch), "lengths": len(padded_lengths),
+                  "compiled": compiled}))
 """
 
 PEERS = ["keras", "keras_birnn", "keras_birnn_plain", "keras_birnn_per_length"]
@@ -122,7 +126,8 @@ def main(argv=None):
             epochs = " ".join(f"{t:6.1f}" for t in result["times"])
             print(f"{cell:5s} {peer:23s} epochs {epochs} | total {sum(result['times']):6.1f} s | "
                   f"final loss {result['loss']:.4f} | {result['batches']} batches, "
-                  f"{result['lengths']} distinct padded lengths", flush=True)
+                  f"{result['lengths']} distinct padded lengths"
+                  + (f", shapes compiled after each epoch {result['compiled']}" if result["compiled"] else ""), flush=True)
         keras_result = results.get("keras")
         for peer, result in results.items():
             if peer == "keras" or result is None or keras_result is None:

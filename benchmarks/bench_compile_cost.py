@@ -1,0 +1,98 @@
+"""What an XLA compilation costs and what it saves: the numbers behind the compile policy.
+
+For one training step of a `kb.Bidirectional(cell(units), return_sequences=True)`
+(inside a `tf.function` traced with unknown batch and time sizes, as
+`model.fit` traces it), per time bucket: the first call at a new shape with
+every shape compiled at once (`kb.compilation(compile_after=1)`: trace
+excluded, so that is XLA's compilation), and the steady-state time of a call
+run plain and run compiled. `keras_birnn.compile_policy.AUTO_COMPILE_STEPS`
+is about compile cost / saving per step.
+
+    python benchmarks/bench_compile_cost.py
+    python benchmarks/bench_compile_cost.py --cells gru --lengths 20 40 --batch 64
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import keras_birnn as kb  # noqa: E402
+from keras_birnn import bucketing, compile_policy  # noqa: E402
+
+CELLS = {"gru": kb.GRUCell, "lstm": kb.LSTMCell, "simple": kb.SimpleRNNCell}
+
+
+def training_step(cell: str, units: int, features: int):
+    keras.utils.set_random_seed(0)
+    layer = kb.Bidirectional(CELLS[cell](units), return_sequences=True)
+    layer.build((None, None, features))
+    spec = [tf.TensorSpec([None, None, features]), tf.TensorSpec([None, None], tf.bool)]
+
+    @tf.function(input_signature=spec)
+    def step(x, mask):
+        with tf.GradientTape() as tape:
+            y = layer(x, mask=mask, training=True)
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, layer.trainable_variables)
+
+    return step
+
+
+def steady_ms(step, x, mask, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        step(x, mask)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def measure(cell: str, length: int, args) -> dict:
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(args.batch, length, args.features)), tf.float32)
+    mask = tf.sequence_mask(rng.integers(length // 2, length + 1, args.batch), length)
+    result = {}
+    for name, rule in (("plain", compile_policy.compilation(max_compiled_shapes=0)),
+                       ("compiled", compile_policy.compilation(compile_after=1))):
+        with rule:
+            step = training_step(cell, args.units, args.features)
+            step.get_concrete_function()  # the trace, not timed
+            start = time.perf_counter()
+            step(x, mask)
+            result[f"{name}_first_s"] = time.perf_counter() - start
+            result[f"{name}_ms"] = steady_ms(step, x, mask, args.calls)
+    return result
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", nargs="+", default=["gru", "lstm"], choices=sorted(CELLS))
+    parser.add_argument("--lengths", nargs="+", type=int, default=[20, 40, 90])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--units", type=int, default=64)
+    parser.add_argument("--features", type=int, default=64)
+    parser.add_argument("--calls", type=int, default=30)
+    args = parser.parse_args(argv)
+    print(f"training step of Bidirectional({args.units} units), batch {args.batch}, {args.features} features, "
+          f"lengths up to T (half to all valid); {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    for cell in args.cells:
+        for length in args.lengths:
+            r = measure(cell, length, args)
+            bucket = int(bucketing.bucket_length(tf.constant(length)))
+            compile_s = r["compiled_first_s"] - r["plain_first_s"]
+            saved = r["plain_ms"] - r["compiled_ms"]
+            calls = 1e3 * compile_s / saved if saved > 0 else float("inf")
+            print(f"{cell:6s} T {length:4d} (bucket {bucket:4d}) | plain {r['plain_ms']:7.2f} ms, compiled "
+                  f"{r['compiled_ms']:7.2f} ms (x{r['plain_ms'] / r['compiled_ms']:.2f}) | compilation {compile_s:5.2f} s "
+                  f"| pays after {calls:6.0f} calls = {calls * bucket:7.0f} bucket steps", flush=True)
+
+
+if __name__ == "__main__":
+    main()
