@@ -13,6 +13,7 @@ from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.compile_policy import compilation
 from keras_birnn.crf import CRF, CRFLoss
 from keras_birnn.export import export_saved_model
+from keras_birnn.litert import export_tflite
 from keras_birnn.nested import NestedEncoder
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.recurrence import fused_directions, xla_disabled
@@ -34,6 +35,7 @@ __all__ = [
     "CRF",
     "CRFLoss",
     "export_saved_model",
+    "export_tflite",
     "fused_directions",
     "xla_disabled",
     "AttentionPooling",

@@ -297,13 +297,13 @@ def _input_spec(model, input_spec) -> tf.TensorSpec:
     return tf.TensorSpec([None, None] + shape.as_list()[2:], dtype)
 
 
-def _check_sequence_spec(spec: tf.TensorSpec) -> None:
+def _check_sequence_spec(spec: tf.TensorSpec, off_switch: str = "lengths_input=False") -> None:
     rank, dtype = spec.shape.rank, spec.dtype
     if (dtype.is_floating and rank == 3) or (dtype.is_integer and rank == 2):
         return
     raise ValueError(
         "`lengths` needs a float [batch, time, features] or integer [batch, time] input, "
-        f"the model's input is {dtype.name} of rank {rank}. Pass lengths_input=False."
+        f"the model's input is {dtype.name} of rank {rank}. Pass {off_switch}."
     )
 
 
@@ -328,7 +328,7 @@ def _direct_consumers(model):
     return consumers
 
 
-def _padding_marker(model):
+def _padding_marker(model, off_switch: str = "lengths_input=False"):
     """The value the model's first layers read as padding, or None.
 
     None means: pass the mask through Keras mask propagation instead.
@@ -347,7 +347,7 @@ def _padding_marker(model):
         raise ValueError(
             "The model's input feeds both layers that mask by value (Embedding(mask_zero=True) "
             "/ Masking) and other layers, or maskers with different padding values; "
-            "`lengths` cannot be applied consistently. Pass lengths_input=False."
+            f"`lengths` cannot be applied consistently. Pass {off_switch}."
         )
     return markers[0]
 
@@ -392,7 +392,7 @@ def _probe_inputs(model, spec: tf.TensorSpec) -> np.ndarray:
     return rng.integers(1, max(high, 2), size=shape).astype(spec.dtype.as_numpy_dtype)
 
 
-def _probe_lengths(model, spec, padded_fn, unpadded_fn) -> None:
+def _probe_lengths(model, spec, padded_fn, unpadded_fn, off_switch: str = "lengths_input=False") -> None:
     """A right-padded row must give what the same row gives unpadded."""
     x = _probe_inputs(model, spec)
     lengths = np.asarray(_PROBE_LENGTHS, np.int32)
@@ -410,7 +410,7 @@ def _probe_lengths(model, spec, padded_fn, unpadded_fn) -> None:
                     f"{key!r} of a row padded to {_PROBE_TIME} steps with length {length} differs "
                     "from the same row unpadded. A layer between the input and the recurrent "
                     "layers drops Keras masks (e.g. Conv1D, Lambda, or Embedding without "
-                    "mask_zero). Make the mask reach the recurrence, or pass lengths_input=False."
+                    f"mask_zero). Make the mask reach the recurrence, or pass {off_switch}."
                 )
 
 

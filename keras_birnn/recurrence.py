@@ -131,12 +131,13 @@ def run(
             the shapes that recur (`compile_policy`); without it, they
             always run compiled while XLA is on.
     """
-    if mask is not None and not return_sequences and not _in_xla():
+    if mask is not None and not return_sequences and _CompactRows.enabled and not _in_xla():
         # Rows without a valid step (padding words of a character encoder)
         # are left out of sequence-level encoders' loops. Not for per-step
         # outputs, whose rows are rarely empty (the gather and scatter cost a
         # BiGRU tagger's training step about 20%), nor inside XLA (the count
-        # of rows left is dynamic).
+        # of rows left is dynamic), nor when tracing for LiteRT
+        # (`_rows_kept`).
         compact, compact_mask, rows = bucketing.valid_rows(directions, mask)
         results = _run_bucketed(compact, compact_mask, return_sequences, bptt, counter)
         return bucketing.restore_rows(results, directions, rows)
@@ -255,6 +256,10 @@ class _Concurrent:
     enabled = True
 
 
+class _CompactRows:
+    enabled = True
+
+
 @contextlib.contextmanager
 def _switched_off(setting):
     """Sets `setting.enabled` to False for the `with` block (read when
@@ -270,6 +275,16 @@ def xla_disabled():
     """Runs loops as plain TensorFlow graphs instead of XLA clusters (used when
     exporting SavedModels, so that serving needs no XLA JIT)."""
     return _switched_off(_XLA)
+
+
+def _rows_kept():
+    """Sequence-level encoders run every row instead of leaving rows without
+    a valid step out (`bucketing.valid_rows`). For `litert.export_tflite`:
+    the row compaction's DynamicPartition / ScatterNd are no LiteRT builtin
+    ops, and a batch of dynamic size would make the loops' TensorLists
+    dynamic. Exact either way: a fully masked row changes nothing. Read when
+    functions are traced, like `xla_disabled`."""
+    return _switched_off(_CompactRows)
 
 
 def fused_directions():

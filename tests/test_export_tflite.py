@@ -1,0 +1,223 @@
+"""`kb.export_tflite`: LiteRT flatbuffers of builtin ops only, run in
+ai_edge_litert's Interpreter at two time sizes, equal to the Keras model at
+every valid position of right-padded batches."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import keras
+
+import keras_birnn as kb
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+# Keras notes that the outer model keeps no mask when the reference calls
+# pass `mask=`; irrelevant here.
+pytestmark = pytest.mark.filterwarnings("ignore:Layer 'functional.*was passed an input with a mask:UserWarning")
+
+B, F, U = 3, 3, 4
+TIMES = (5, 8)
+
+
+def _randomize(model, seed=0):
+    """Weights (biases and learned boundary states included) away from
+    their initial zeros, so that each of them shows in the outputs."""
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        scale = 0.5 if len(w.shape) < 2 else 1.0 / np.sqrt(w.shape[0])
+        w.assign((rng.normal(size=w.shape) * scale).astype(w.dtype))
+    return model
+
+
+def _lengths(T):
+    # A full row, a short one and (for the sequence-level encoders) an empty one.
+    return np.array([T, 2, 0], np.int32)
+
+
+def _convert(model, tmp_path, name, **kwargs):
+    path = kb.export_tflite(model, str(tmp_path / f"{name}.tflite"), batch_size=B, **kwargs)
+    interpreter = litert.Interpreter(model_path=path)
+    ops = {op["op_name"] for op in interpreter._get_ops_details()}
+    assert not any("FLEX" in op.upper() or "CUSTOM" in op.upper() for op in ops), ops
+    return interpreter
+
+
+def _run(interpreter, x, lengths=None):
+    index = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+    assert set(index) == ({"inputs", "lengths"} if lengths is not None else {"inputs"})
+    interpreter.resize_tensor_input(index["inputs"], x.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(index["inputs"], x)
+    if lengths is not None:
+        interpreter.set_tensor(index["lengths"], lengths)
+    interpreter.invoke()
+    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+
+
+def _check(model, interpreter, make_inputs, with_lengths=True, reference=None):
+    """Outputs equal Keras's at every valid position, at two time sizes."""
+    rng = np.random.default_rng(1)
+    for T in TIMES:
+        x = make_inputs(rng, T)
+        if with_lengths:
+            lengths = _lengths(T)
+            mask = np.arange(T)[None] < lengths[:, None]
+            expected = reference(x, mask) if reference else model(x, mask=tf.constant(mask))
+            got = _run(interpreter, x, lengths)
+        else:
+            mask = np.ones((B, T), bool)
+            expected = model(x)
+            got = _run(interpreter, x)
+        expected = [np.asarray(e) for e in keras.tree.flatten(expected)]
+        assert len(got) == len(expected)
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert g.shape == e.shape, (i, g.shape, e.shape)
+            if e.ndim >= 2 and e.shape[1] == T and e.ndim == 3:
+                g, e = g[mask], e[mask]  # per-position output: valid positions
+            np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5, err_msg=f"output {i}, T={T}")
+
+
+def _floats(rng, T):
+    return rng.normal(size=(B, T, F)).astype(np.float32)
+
+
+CELLS = {
+    "simple": lambda: kb.SimpleRNNCell(U),
+    "gru_reset_after": lambda: kb.GRUCell(U, reset_after=True),
+    "gru_reset_before": lambda: kb.GRUCell(U, reset_after=False),
+    "lstm": lambda: kb.LSTMCell(U),
+}
+
+
+@pytest.mark.parametrize("cell", sorted(CELLS))
+def test_cells_and_merge_modes(cell, tmp_path):
+    inp = keras.Input((None, F))
+    outputs = []
+    for merge in ["concat", "sum", "mul", "ave", None, "projection"]:
+        layer = kb.Bidirectional(
+            CELLS[cell](),
+            merge_mode=merge,
+            return_sequences=True,
+            projection_units=2 if merge == "projection" else None,
+        )
+        y = layer(inp)
+        outputs += y if merge is None else [y]  # None: the [forward, backward] pair
+    model = _randomize(keras.Model(inp, outputs))
+    _check(model, _convert(model, tmp_path, cell), _floats)
+
+
+def test_boundary_states_and_sentence_outputs(tmp_path):
+    """Zeros, constant and learned boundary states; sequence-level outputs
+    (the row compaction is off for LiteRT) with an empty row; return_state."""
+    inp = keras.Input((None, F))
+    outputs = []
+    for state in ["zeros", 0.5, "learned"]:
+        outputs.append(kb.Bidirectional(kb.GRUCell(U), return_sequences=True, initial_state=state)(inp))
+        outputs.append(kb.Bidirectional(kb.LSTMCell(U), initial_state=state)(inp))
+    outputs += kb.Bidirectional(kb.SimpleRNNCell(U), return_state=True, initial_state="learned")(inp)
+    model = _randomize(keras.Model(inp, outputs))
+    _check(model, _convert(model, tmp_path, "states"), _floats)
+
+
+def test_pooling_heads_and_stack(tmp_path):
+    inp = keras.Input((None, F))
+    seq = kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)
+    pair = kb.Bidirectional(kb.LSTMCell(U), merge_mode=None, return_sequences=True)(inp)
+    outputs = [
+        kb.MaskedMeanPooling()(seq),
+        kb.MaskedMaxPooling()(seq),
+        kb.AttentionPooling(3)(seq),
+        kb.FinalStatePooling()(pair),
+        kb.StackedBidirectional("gru", units=(U, U), residual=True, layer_norm=True)(inp),
+        kb.StackedBidirectional("lstm", units=(U, U), return_sequences=False)(inp),
+    ]
+    model = _randomize(keras.Model(inp, outputs))
+    _check(model, _convert(model, tmp_path, "heads"), _floats)
+
+
+def _ids_model():
+    ids = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(10, F, mask_zero=True)(ids)
+    tags = kb.Bidirectional(kb.GRUCell(U), return_sequences=True, merge_mode="projection", projection_units=2)(x)
+    sentence = kb.Bidirectional(kb.LSTMCell(U))(x)
+    return _randomize(keras.Model(ids, [tags, sentence]))
+
+
+def _ids(rng, T):
+    return rng.integers(1, 10, size=(B, T)).astype(np.int32)
+
+
+def test_integer_ids_with_lengths(tmp_path):
+    model = _ids_model()
+    interpreter = _convert(model, tmp_path, "ids")
+    assert interpreter.get_input_details()[0]["dtype"] == np.int32 or any(
+        d["name"] == "inputs" and d["dtype"] == np.int32 for d in interpreter.get_input_details()
+    )
+
+    def reference(x, mask):  # Keras on the batch padded with the Embedding's 0
+        return model(np.where(mask, x, 0))
+
+    _check(model, interpreter, _ids, reference=reference)
+
+
+def test_integer_ids_padded_with_zeros_without_lengths(tmp_path):
+    model = _ids_model()
+    interpreter = _convert(model, tmp_path, "ids_only", lengths=False)
+    rng = np.random.default_rng(2)
+    for T in TIMES:
+        x = _ids(rng, T)
+        mask = np.arange(T)[None] < _lengths(T)[:, None]
+        x = np.where(mask, x, 0).astype(np.int32)
+        got = _run(interpreter, x)
+        tags, sentence = (np.asarray(e) for e in model(x))
+        np.testing.assert_allclose(got[0][mask], tags[mask], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(got[1], sentence, atol=1e-5, rtol=1e-5)
+
+
+def test_without_lengths_every_step_is_valid(tmp_path):
+    inp = keras.Input((None, F))
+    model = _randomize(keras.Model(inp, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)))
+    _check(model, _convert(model, tmp_path, "plain", lengths=False), _floats, with_lengths=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(batch_size=0), ValueError, "`batch_size` must be a positive int, received 0"),
+        (dict(batch_size=2.0), TypeError, "`batch_size` must be a positive int.*received 2.0"),
+        (dict(batch_size=None), TypeError, "`batch_size`.*received None"),
+        (dict(batch_size=True), TypeError, "`batch_size`.*received True"),
+        (dict(path="model.tfl"), ValueError, "`path` must end in '.tflite', received 'model.tfl'"),
+        (dict(path=3), TypeError, "`path` must be a str.*received 3"),
+        (dict(lengths="yes"), TypeError, "`lengths` must be True or False, received 'yes'"),
+    ],
+)
+def test_bad_arguments(kwargs, error, match, tmp_path):
+    inp = keras.Input((None, F))
+    model = keras.Model(inp, kb.Bidirectional(kb.GRUCell(U))(inp))
+    arguments = dict(path=str(tmp_path / "m.tflite"), batch_size=1)
+    arguments.update(kwargs)
+    with pytest.raises(error, match=match):
+        kb.export_tflite(model, **arguments)
+
+
+def test_lengths_need_a_sequence_input(tmp_path):
+    inp = keras.Input((None, F, 2))
+    model = keras.Model(inp, keras.layers.Dense(1)(inp))
+    with pytest.raises(ValueError, match="lengths=False"):
+        kb.export_tflite(model, str(tmp_path / "m.tflite"))
+
+
+def test_non_builtin_ops_raise_naming_them(tmp_path, monkeypatch):
+    """With the row compaction of sequence-level encoders left on (as it is
+    outside export_tflite), the graph needs DynamicPartition: not a builtin."""
+    import contextlib
+
+    from keras_birnn import recurrence
+
+    monkeypatch.setattr(recurrence, "_rows_kept", contextlib.nullcontext)
+    inp = keras.Input((None, F))
+    model = keras.Model(inp, kb.Bidirectional(kb.GRUCell(U))(inp))
+    with pytest.raises(ValueError, match="not convert to LiteRT builtin ops: .*DynamicPartition"):
+        kb.export_tflite(model, str(tmp_path / "m.tflite"), batch_size=B)
+    assert not (tmp_path / "m.tflite").exists()
