@@ -13,7 +13,7 @@ Limits, and why:
   and that shape holds the batch.
 - Dynamic time axis: resize it per call with
   `interpreter.resize_tensor_input(...)` then `allocate_tensors()` (the
-  signature runner does this by itself).
+  file has no SignatureDef, so no signature runner).
 - Numbers in, numbers out: LiteRT has no string ops, so a vocabulary
   lookup stays outside; integer token ids into an `Embedding` work.
 """
