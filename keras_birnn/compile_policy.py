@@ -201,7 +201,8 @@ class LoopReporting:
             call at run time; `"compiled"`: XLA for a static shape or an
             export; `"plain"`: under `kb.xla_disabled()`; `"inside-xla"`:
             part of an XLA-compiled caller; `"higher-order"`,
-            `"forward-mode"`: for derivatives of derivatives), with counts;
+            `"forward-mode"`: for derivatives of derivatives;
+            `"forward-only"`: traced for an export), with counts;
             and `"shapes"`: per loop shape met by counted calls (`batch`,
             `time` after time buckets, `training`), its `calls` and whether
             it now runs `compiled`.

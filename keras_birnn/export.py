@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_birnn import recurrence
 from keras_birnn.recurrence import xla_disabled
 
 SIGNATURE_DEFAULT = "serving_default"
@@ -145,7 +146,7 @@ def export_saved_model(
     archive.track(model)
     inputs_spec = tf.TensorSpec(spec.shape, spec.dtype, name=INPUTS_KEY)
     # The loops trace as plain TF graphs, not XLA clusters: serving needs no JIT.
-    with _quiet_model_mask_warning(model), xla_disabled():
+    with _quiet_model_mask_warning(model), xla_disabled(), recurrence._forward_only():
         if lengths_input:
             marker = _padding_marker(model)
             lengths_spec = tf.TensorSpec([None], tf.int32, name=LENGTHS_KEY)

@@ -109,7 +109,12 @@ def export_tflite(
         _check_sequence_spec(spec, _OFF_SWITCH)
     inputs_spec = tf.TensorSpec([batch_size, None] + spec.shape.as_list()[2:], spec.dtype, name=INPUTS_KEY)
 
-    with _quiet_model_mask_warning(model), recurrence.xla_disabled(), recurrence._rows_kept():
+    with (
+        _quiet_model_mask_warning(model),
+        recurrence.xla_disabled(),
+        recurrence._rows_kept(),
+        recurrence._forward_only(),
+    ):
         if lengths:
             marker = _padding_marker(model, _OFF_SWITCH)
 

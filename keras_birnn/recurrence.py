@@ -169,7 +169,7 @@ def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionRes
     path = _path(directions, flat, counter)
     if counter is not None:
         counter.note_path(path)
-    if path == "forward-mode":
+    if path in ("forward-mode", "forward-only"):
         runner = functools.partial(_plain_loop, static)
     elif path == "counted" and tf.executing_eagerly():
         compiled = bool(counter.decide(*tf.shape(directions[0].inputs)[:2], bptt))
@@ -211,6 +211,8 @@ def _path(directions, flat, counter) -> str:
     "counted"); `counter.note_path` records it for `loop_report()`."""
     if _forward_mode(flat):
         return "forward-mode"
+    if not _CustomGradient.enabled:
+        return "forward-only"
     if not _XLA.enabled:
         return "plain"
     if _in_xla():
@@ -260,6 +262,10 @@ class _CompactRows:
     enabled = True
 
 
+class _CustomGradient:
+    enabled = True
+
+
 @contextlib.contextmanager
 def _switched_off(setting):
     """Sets `setting.enabled` to False for the `with` block (read when
@@ -285,6 +291,16 @@ def _rows_kept():
     dynamic. Exact either way: a fully masked row changes nothing. Read when
     functions are traced, like `xla_disabled`."""
     return _switched_off(_CompactRows)
+
+
+def _forward_only():
+    """Loops traced inside are the forward pass alone, as plain ops, without
+    the custom gradient and its BPTT functions: for exported serving graphs
+    (`export.export_saved_model`, `litert.export_tflite`), which then hold
+    no function a reload warns about ("unsaved custom gradients"); a
+    gradient asked of a reloaded model comes from TensorFlow's own autodiff
+    through the `While` loop. Read when functions are traced."""
+    return _switched_off(_CustomGradient)
 
 
 def fused_directions():

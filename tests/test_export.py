@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import keras
 import numpy as np
@@ -359,3 +360,36 @@ def test_keras_model_export_under_xla_disabled_has_no_xla_and_serves_the_same(tm
     check_graph_ops(str(tmp_path / "plain"))
     loaded = tf.saved_model.load(str(tmp_path / "plain"))
     np.testing.assert_allclose(np.asarray(loaded.serve(tokens)), np.asarray(model(tokens)), atol=1e-6)
+
+
+def test_loading_an_export_prints_no_warning(tmp_path):
+    """A serving graph holds the forward pass only: loading it prints
+    nothing (no "unsaved custom gradients" warning for the training path's
+    BPTT functions), and a gradient of the reloaded model still works
+    (TensorFlow's autodiff through the While loop), equal to Keras's."""
+    keras.utils.set_random_seed(0)
+    features = keras.Input((None, 3))
+    model = keras.Model(features, kb.Bidirectional(kb.LSTMCell(4), return_sequences=True)(features))
+    path = kb.export_saved_model(model, tmp_path, version=1)
+    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32")
+    with tf.GradientTape() as tape:
+        xt = tf.constant(x)
+        tape.watch(xt)
+        loss = tf.reduce_sum(model(xt) ** 2)
+    expected = tape.gradient(loss, xt).numpy()
+    code = f"""
+        import json, numpy as np, tensorflow as tf
+        loaded = tf.saved_model.load({str(path)!r})  # kept: the signature's variables live in it
+        serve = loaded.signatures["serving_unpadded"]
+        x = tf.constant(np.asarray({x.tolist()!r}, "float32"))
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(serve(inputs=x)["outputs"] ** 2)
+        print(json.dumps(tape.gradient(loss, x).numpy().tolist()))
+    """
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARNING" not in done.stderr and "custom gradient" not in done.stderr, done.stderr[-3000:]
+    np.testing.assert_allclose(np.asarray(json.loads(done.stdout.strip().splitlines()[-1])), expected, atol=1e-5)
