@@ -1,9 +1,9 @@
 """Which loops XLA compiles: the shapes that recur, not every shape met.
 
-XLA compiles one program per input shape. On 2 CPU cores a bidirectional
-layer's training programs for one shape took 5-8 s to compile, and then
-saved about 0.45 ms per time step of a training call over the plain
-TensorFlow loop (benchmarks/README.md, "Compile policy"): a shape must
+XLA compiles one program per input shape. On CPU a bidirectional layer's
+training programs for one shape take seconds to compile, and then save a
+fraction of a millisecond per time step over the plain TensorFlow loop
+(benchmarks/README.md, "What a compilation costs and saves"): a shape must
 come back for thousands of steps before its compilation has paid. A
 layer that meets a new shape at nearly every batch (a character encoder
 whose batch is the number of words in the batch, a last partial batch,
@@ -17,9 +17,9 @@ times; from then on that shape runs XLA-compiled. By default
 (`compile_after="auto"`) that is once the layer has run
 `AUTO_COMPILE_STEPS` time steps at the shape (calls times time size): the
 rule of renting until the rent paid equals the price of buying, which
-never pays more than twice the best choice in hindsight, with the price
+pays at most about twice the best choice in hindsight, with the price
 (a compilation) and the rent (the plain loop's extra time per step)
-measured here. At most `max_compiled_shapes` shapes per layer are ever
+measured by `benchmarks/bench_compile_cost.py`. At most `max_compiled_shapes` shapes per layer are ever
 compiled; the rest stay plain. The choice changes neither numbers beyond
 float rounding nor gradients: both paths are the same traced loops and
 the same hand-written BPTT (the NumPy oracle tests run on both).
@@ -46,7 +46,8 @@ _PROMOTED = -1  # the key counting the shapes compiled so far
 
 # Time steps a layer runs at one shape before compiling it, by default:
 # a compilation's cost over the plain loop's extra cost per step, both
-# measured on 2 cores (benchmarks/README.md, "Compile policy").
+# measured on 2 cores (benchmarks/README.md, "What a compilation costs and
+# saves": 9,000-16,000 steps).
 AUTO_COMPILE_STEPS = 12_000
 
 
@@ -101,20 +102,13 @@ def settings() -> dict:
     return {"compile_after": _Settings.compile_after, "max_compiled_shapes": _Settings.max_compiled_shapes}
 
 
-def calls_before_compiled(steps: int) -> int:
-    """How many calls at a shape of `steps` time steps (after time buckets)
-    a layer makes before that shape runs compiled, under the settings in
-    force."""
+def calls_before_compiled(steps):
+    """How many calls at a shape of `steps` time steps (after time buckets,
+    at least 1) a layer makes before that shape runs compiled, under the
+    settings in force: a Python int for an int, a tensor for a tensor (the
+    layer's count, in its graph)."""
     if _Settings.compile_after != "auto":
         return _Settings.compile_after
-    return -(-AUTO_COMPILE_STEPS // max(steps, 1))
-
-
-def _threshold(steps: tf.Tensor) -> tf.Tensor:
-    """`calls_before_compiled` in the graph."""
-    if _Settings.compile_after != "auto":
-        return tf.constant(_Settings.compile_after, tf.int64)
-    steps = tf.maximum(tf.cast(steps, tf.int64), 1)
     return (AUTO_COMPILE_STEPS + steps - 1) // steps
 
 
@@ -154,7 +148,8 @@ class ShapeCounter:
         keys = tf.stack([key, key + _FLAG, tf.constant(_PROMOTED, tf.int64)])
         count, flag, promoted = tf.unstack(table.lookup(keys), num=3)
         count += 1
-        promote = (flag == 0) & (count >= _threshold(steps)) & (promoted < _Settings.max_compiled_shapes)
+        threshold = calls_before_compiled(tf.maximum(tf.cast(steps, tf.int64), 1))
+        promote = (flag == 0) & (count >= threshold) & (promoted < _Settings.max_compiled_shapes)
         compiled = (flag > 0) | promote
         update = table.insert(keys, tf.stack([count, tf.cast(compiled, tf.int64), promoted + tf.cast(promote, tf.int64)]))
         with tf.control_dependencies([update]):

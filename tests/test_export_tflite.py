@@ -8,6 +8,7 @@ import tensorflow as tf
 import keras
 
 import keras_birnn as kb
+from export_cases import CELLS, F, U, assert_outputs_match, boundary_states, heads_and_stacks, merge_modes, randomize
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -15,18 +16,8 @@ litert = pytest.importorskip("ai_edge_litert.interpreter")
 # pass `mask=`; irrelevant here.
 pytestmark = pytest.mark.filterwarnings("ignore:Layer 'functional.*was passed an input with a mask:UserWarning")
 
-B, F, U = 3, 3, 4
+B = 3
 TIMES = (5, 8)
-
-
-def _randomize(model, seed=0):
-    """Weights (biases and learned boundary states included) away from
-    their initial zeros, so that each of them shows in the outputs."""
-    rng = np.random.default_rng(seed)
-    for w in model.weights:
-        scale = 0.5 if len(w.shape) < 2 else 1.0 / np.sqrt(w.shape[0])
-        w.assign((rng.normal(size=w.shape) * scale).astype(w.dtype))
-    return model
 
 
 def _lengths(T):
@@ -68,70 +59,31 @@ def _check(model, interpreter, make_inputs, with_lengths=True, reference=None):
             mask = np.ones((B, T), bool)
             expected = model(x)
             got = _run(interpreter, x)
-        expected = [np.asarray(e) for e in keras.tree.flatten(expected)]
-        assert len(got) == len(expected)
-        for i, (g, e) in enumerate(zip(got, expected)):
-            assert g.shape == e.shape, (i, g.shape, e.shape)
-            if e.ndim >= 2 and e.shape[1] == T and e.ndim == 3:
-                g, e = g[mask], e[mask]  # per-position output: valid positions
-            np.testing.assert_allclose(g, e, atol=1e-5, rtol=1e-5, err_msg=f"output {i}, T={T}")
+        assert_outputs_match(got, expected, mask, f"T={T}")
 
 
 def _floats(rng, T):
     return rng.normal(size=(B, T, F)).astype(np.float32)
 
 
-CELLS = {
-    "simple": lambda: kb.SimpleRNNCell(U),
-    "gru_reset_after": lambda: kb.GRUCell(U, reset_after=True),
-    "gru_reset_before": lambda: kb.GRUCell(U, reset_after=False),
-    "lstm": lambda: kb.LSTMCell(U),
-}
-
-
 @pytest.mark.parametrize("cell", sorted(CELLS))
 def test_cells_and_merge_modes(cell, tmp_path):
     inp = keras.Input((None, F))
-    outputs = []
-    for merge in ["concat", "sum", "mul", "ave", None, "projection"]:
-        layer = kb.Bidirectional(
-            CELLS[cell](),
-            merge_mode=merge,
-            return_sequences=True,
-            projection_units=2 if merge == "projection" else None,
-        )
-        y = layer(inp)
-        outputs += y if merge is None else [y]  # None: the [forward, backward] pair
-    model = _randomize(keras.Model(inp, outputs))
+    model = randomize(keras.Model(inp, merge_modes(inp, cell)))
     _check(model, _convert(model, tmp_path, cell), _floats)
 
 
 def test_boundary_states_and_sentence_outputs(tmp_path):
-    """Zeros, constant and learned boundary states; sequence-level outputs
-    (the row compaction is off for LiteRT) with an empty row; return_state."""
+    """Sequence-level outputs run with the row compaction off for LiteRT,
+    an empty row among them."""
     inp = keras.Input((None, F))
-    outputs = []
-    for state in ["zeros", 0.5, "learned"]:
-        outputs.append(kb.Bidirectional(kb.GRUCell(U), return_sequences=True, initial_state=state)(inp))
-        outputs.append(kb.Bidirectional(kb.LSTMCell(U), initial_state=state)(inp))
-    outputs += kb.Bidirectional(kb.SimpleRNNCell(U), return_state=True, initial_state="learned")(inp)
-    model = _randomize(keras.Model(inp, outputs))
+    model = randomize(keras.Model(inp, boundary_states(inp)))
     _check(model, _convert(model, tmp_path, "states"), _floats)
 
 
 def test_pooling_heads_and_stack(tmp_path):
     inp = keras.Input((None, F))
-    seq = kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)
-    pair = kb.Bidirectional(kb.LSTMCell(U), merge_mode=None, return_sequences=True)(inp)
-    outputs = [
-        kb.MaskedMeanPooling()(seq),
-        kb.MaskedMaxPooling()(seq),
-        kb.AttentionPooling(3)(seq),
-        kb.FinalStatePooling()(pair),
-        kb.StackedBidirectional("gru", units=(U, U), residual=True, layer_norm=True)(inp),
-        kb.StackedBidirectional("lstm", units=(U, U), return_sequences=False)(inp),
-    ]
-    model = _randomize(keras.Model(inp, outputs))
+    model = randomize(keras.Model(inp, heads_and_stacks(inp)))
     _check(model, _convert(model, tmp_path, "heads"), _floats)
 
 
@@ -140,7 +92,7 @@ def _ids_model():
     x = keras.layers.Embedding(10, F, mask_zero=True)(ids)
     tags = kb.Bidirectional(kb.GRUCell(U), return_sequences=True, merge_mode="projection", projection_units=2)(x)
     sentence = kb.Bidirectional(kb.LSTMCell(U))(x)
-    return _randomize(keras.Model(ids, [tags, sentence]))
+    return randomize(keras.Model(ids, [tags, sentence]))
 
 
 def _ids(rng, T):
@@ -176,7 +128,7 @@ def test_integer_ids_padded_with_zeros_without_lengths(tmp_path):
 
 def test_without_lengths_every_step_is_valid(tmp_path):
     inp = keras.Input((None, F))
-    model = _randomize(keras.Model(inp, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)))
+    model = randomize(keras.Model(inp, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)))
     _check(model, _convert(model, tmp_path, "plain", lengths=False), _floats, with_lengths=False)
 
 
