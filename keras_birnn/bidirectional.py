@@ -74,7 +74,7 @@ class DirectionalProjection(keras.layers.Layer):
         mask = forward_mask if forward_mask is not None else backward_mask
         if mask is None or len(outputs.shape) != 3:
             return outputs
-        return keras.ops.where(keras.ops.cast(mask, "bool")[..., None], outputs, keras.ops.zeros_like(outputs))
+        return keras.ops.where(keras.ops.expand_dims(keras.ops.cast(mask, "bool"), -1), outputs, keras.ops.zeros_like(outputs))
 
     def compute_mask(self, forward, previous_mask=None):
         return previous_mask
@@ -267,7 +267,7 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
             return _ELEMENTWISE[self.merge_mode](forward, backward)
         merged = self.projection(forward, backward)
         if mask is not None:
-            merged = tf.where(mask[..., None], merged, tf.zeros_like(merged))
+            merged = tf.where(tf.expand_dims(mask, -1), merged, tf.zeros_like(merged))
         return merged
 
     def _split_initial_state(self, initial_state):

@@ -365,7 +365,7 @@ def _call_with_lengths(model, inputs, lengths, marker):
         mask = tf.sequence_mask(lengths, tf.shape(inputs)[1])
     if marker is not None:
         fill = tf.cast(marker, inputs.dtype)
-        where = mask if inputs.shape.rank == 2 else mask[..., None]
+        where = mask if inputs.shape.rank == 2 else tf.expand_dims(mask, -1)
         inputs = tf.where(where, inputs, fill)
     return model(inputs, mask=mask, training=False)
 

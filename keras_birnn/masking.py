@@ -67,7 +67,7 @@ def ragged_mask(inputs, mask=None):
     lengths_mask = tf.sequence_mask(inputs.row_lengths(), inputs.bounding_shape(axis=1))
     if mask is None:
         return lengths_mask
-    return tf.logical_and(validate_mask(mask, lengths_mask[..., None]), lengths_mask)
+    return tf.logical_and(validate_mask(mask, tf.expand_dims(lengths_mask, -1)), lengths_mask)
 
 
 def dense_mask(mask):
@@ -95,7 +95,7 @@ def zero_padding(inputs, mask) -> tf.Tensor:
     """
     if mask is None:
         return inputs
-    return tf.where(mask[..., None], inputs, tf.zeros_like(inputs))
+    return tf.where(tf.expand_dims(mask, -1), inputs, tf.zeros_like(inputs))
 
 
 def reverse_within_lengths(sequences, lengths) -> tf.Tensor:

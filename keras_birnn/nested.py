@@ -92,7 +92,7 @@ class NestedEncoder(keras.layers.Layer):
             index = tf.where(tf.reduce_any(flat_mask, axis=1))[:, 0]
             encoded = self.encoder(tf.gather(flat, index), mask=tf.gather(flat_mask, index), training=training)
         width = encoded.shape[-1]
-        scattered = tf.scatter_nd(index[:, None], encoded, tf.stack([rows, tf.constant(width, tf.int64)]))
+        scattered = tf.scatter_nd(tf.expand_dims(index, -1), encoded, tf.stack([rows, tf.constant(width, tf.int64)]))
         return tf.reshape(scattered, tf.stack([shape[0], shape[1], width]))
 
     def compute_mask(self, inputs, mask=None):

@@ -126,7 +126,7 @@ class MaskedMeanPooling(_SequencePooling):
         sequence, mask = _sequence_and_mask(inputs, mask, self.name)
         if mask is None:
             return tf.reduce_mean(sequence, axis=1)
-        valid = mask[..., None]
+        valid = tf.expand_dims(mask, -1)
         total = tf.reduce_sum(tf.where(valid, sequence, tf.zeros_like(sequence)), axis=1)
         count = tf.reduce_sum(tf.cast(mask, sequence.dtype), axis=1, keepdims=True)
         return total / tf.maximum(count, tf.ones_like(count))
@@ -145,7 +145,7 @@ class MaskedMaxPooling(_SequencePooling):
         sequence, mask = _sequence_and_mask(inputs, mask, self.name)
         if mask is None:
             return tf.reduce_max(sequence, axis=1)
-        valid = mask[..., None]
+        valid = tf.expand_dims(mask, -1)
         lowest = tf.fill(tf.shape(sequence), tf.constant(sequence.dtype.min, sequence.dtype))
         maximum = tf.reduce_max(tf.where(valid, sequence, lowest), axis=1)
         has_steps = tf.reduce_any(mask, axis=1, keepdims=True)
@@ -214,7 +214,7 @@ class AttentionPooling(_SequencePooling):
     def call(self, inputs, mask=None):
         sequence, mask = _sequence_and_mask(inputs, mask, self.name)
         if mask is not None:
-            sequence = tf.where(mask[..., None], sequence, tf.zeros_like(sequence))
+            sequence = tf.where(tf.expand_dims(mask, -1), sequence, tf.zeros_like(sequence))
         scores = self.scores(sequence)
         if mask is None:
             weights = tf.nn.softmax(scores, axis=-1)
@@ -371,7 +371,7 @@ class FinalStatePooling(keras.layers.Layer):
             raise ValueError(
                 f"`mask` must have shape [batch, time] = {forward.shape[:2]}, received {mask.shape}."
             )
-        positions = tf.range(time_steps)[None, :]
+        positions = tf.expand_dims(tf.range(time_steps), 0)
         last = tf.reduce_max(tf.where(mask, positions, -1), axis=1)
         first = tf.reduce_min(tf.where(mask, positions, time_steps), axis=1)
         has_steps = last >= 0
@@ -380,7 +380,7 @@ class FinalStatePooling(keras.layers.Layer):
         pooled = tf.concat(
             [tf.gather(forward, last, batch_dims=1), tf.gather(backward, first, batch_dims=1)], axis=-1
         )
-        return tf.where(has_steps[:, None], pooled, tf.zeros_like(pooled))
+        return tf.where(tf.expand_dims(has_steps, -1), pooled, tf.zeros_like(pooled))
 
     def compute_mask(self, inputs, mask=None):
         return None

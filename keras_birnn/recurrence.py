@@ -193,7 +193,7 @@ def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionRes
 
     def no_steps():
         # A zero-length sequence: nothing read, so the boundary states stand.
-        sequences = [tf.zeros_like(d.inputs[:, :, :1]) * d.initial_states[0][:, None, :] for d in directions]
+        sequences = [tf.zeros_like(d.inputs[:, :, :1]) * tf.expand_dims(d.initial_states[0], 1) for d in directions]
         return _flatten_outputs(sequences, [d.initial_states for d in directions], return_sequences)
 
     # XLA cannot compile a loop body over a zero-length axis, so the empty
@@ -732,7 +732,7 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     visited = (iteration >= 0) & (iteration < span.count)
     # Clipped into the iterations run: a converted loop's stack has only those.
     gathered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
-    return tf.where(visited[:, None, None], gathered, tf.zeros_like(gathered))
+    return tf.where(tf.reshape(visited, [-1, 1, 1]), gathered, tf.zeros_like(gathered))
 
 
 def _backward_time_index(direction: Direction, i, span: _Span):
@@ -809,7 +809,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     inference loop) and, inside XLA, when keeping for BPTT (`_time_loop`)."""
     inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
-    mask_tm = None if mask is None else tf.transpose(mask)[..., None]
+    mask_tm = None if mask is None else tf.expand_dims(tf.transpose(mask), -1)
     span = _span(mask, steps)
 
     in_step = read_in_step or (keep_for_bptt and (xla_reads or _in_xla()))
@@ -985,7 +985,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     direction the time-major stack of the cell's per-step records (from
     which the bulk gradients are summed) and the initial states' gradients."""
     steps = tf.shape(directions[0].inputs)[1]
-    mask_tm = None if mask is None else tf.transpose(mask)[..., None]
+    mask_tm = None if mask is None else tf.expand_dims(tf.transpose(mask), -1)
     span = _span(mask, steps)
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads]

@@ -169,7 +169,81 @@ def test_non_builtin_ops_raise_naming_them(tmp_path, monkeypatch):
 
     monkeypatch.setattr(recurrence, "_rows_kept", contextlib.nullcontext)
     inp = keras.Input((None, F))
-    model = keras.Model(inp, kb.Bidirectional(kb.GRUCell(U))(inp))
-    with pytest.raises(ValueError, match="not convert to LiteRT builtin ops: .*DynamicPartition"):
+    model = keras.Model(inp, kb.Bidirectional(kb.GRUCell(U), name="sentence_gru")(inp))
+    with pytest.raises(
+        ValueError, match="not convert to LiteRT builtin ops: .*op DynamicPartition in layer 'sentence_gru'"
+    ):
         kb.export_tflite(model, str(tmp_path / "m.tflite"), batch_size=B)
     assert not (tmp_path / "m.tflite").exists()
+
+
+class _Igamma(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, x):
+        return tf.math.igamma(tf.abs(x) + 1.0, tf.abs(x) + 1.0)
+
+
+def test_a_user_layer_with_a_non_builtin_op_is_named(tmp_path):
+    """No silent fallback to Flex: the error names the op and its layer."""
+    inp = keras.Input((None, F))
+    x = kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)
+    model = keras.Model(inp, _Igamma(name="odd_activation")(x), name="tagger")
+    with pytest.raises(ValueError, match="model 'tagger' does not convert.*Igamma.*in layer 'odd_activation'"):
+        kb.export_tflite(model, str(tmp_path / "m.tflite"), batch_size=B)
+
+
+# --- several inputs: word ids and character ids, padding marked by id 0 -------------------------
+
+WORDS, CHARS = 12, 9
+
+
+def _words_and_chars_model():
+    words = keras.Input((None,), dtype="int32", name="words")
+    chars = keras.Input((None, None), dtype="int32", name="chars")
+    embedded = keras.layers.Embedding(WORDS, F, mask_zero=True)(words)
+    letters = keras.layers.Embedding(CHARS, F, mask_zero=True)(chars)
+    spelled = kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(U)))(letters)
+    x = keras.layers.Concatenate()([embedded, spelled])
+    tags = kb.Bidirectional(kb.LSTMCell(U), return_sequences=True, merge_mode="projection", projection_units=3)(x)
+    return randomize(keras.Model([words, chars], tags))
+
+
+def _words_and_chars(rng, valid):
+    """Ids where `valid` [B, T] marks the words, 0 elsewhere; words of 1 to
+    4 characters in a width of 5."""
+    words = np.where(valid, rng.integers(1, WORDS, valid.shape), 0).astype(np.int32)
+    spelled = np.arange(5)[None, None] < rng.integers(1, 5, valid.shape)[..., None]
+    chars = np.where(valid[..., None] & spelled, rng.integers(1, CHARS, valid.shape + (5,)), 0)
+    return words, chars.astype(np.int32)
+
+
+def test_several_inputs_right_left_padding_and_holes(tmp_path):
+    model = _words_and_chars_model()
+    path = kb.export_tflite(model, str(tmp_path / "tagger.tflite"), batch_size=B, lengths=False)
+    interpreter = litert.Interpreter(model_path=path)
+    index = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+    assert set(index) == {"words", "chars"}
+    rng = np.random.default_rng(3)
+    for T in TIMES:
+        steps = np.arange(T)[None]
+        right = steps < np.array([[T], [2], [0]])
+        left = steps >= np.array([[0], [T - 3], [T]])
+        holes = right & (steps % 3 != 1)
+        for label, valid in [("right", right), ("left", left), ("holes", holes)]:
+            words, chars = _words_and_chars(rng, valid)
+            for name, x in [("words", words), ("chars", chars)]:
+                interpreter.resize_tensor_input(index[name], x.shape)
+            interpreter.allocate_tensors()
+            interpreter.set_tensor(index["words"], words)
+            interpreter.set_tensor(index["chars"], chars)
+            interpreter.invoke()
+            got = [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+            assert_outputs_match(got, model((words, chars)), valid, f"{label} T={T}")
+
+
+def test_several_inputs_refuse_lengths(tmp_path):
+    with pytest.raises(ValueError, match=r"`lengths` applies to models with one input.*\['words', 'chars'\]"):
+        kb.export_tflite(_words_and_chars_model(), str(tmp_path / "m.tflite"), batch_size=B)
