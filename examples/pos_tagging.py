@@ -25,6 +25,14 @@ the graph:
            probabilities: float32 [batch, time, n_tags],
            tag_ids: int32 [batch, time]
 
+It is also converted for phones and other LiteRT runtimes, builtin ops
+only (`kb.export_tflite`), to `<out>/pos_tagger_litert/pos_tagger.tflite`
+with the vocabularies beside it in `ids.json`: LiteRT has no string ops,
+so the app turns tokens into ids itself (`device_ids` spells out how):
+
+    words: int32 [1, time], chars: int32 [1, time, width] (0 = padding)
+        -> float32 [1, time, n_tags]; a word's tag is ids["tags"][argmax]
+
 Data: with no path flags it downloads UD English EWT r2.15 (train, dev,
 test) from the official UD GitHub repository with `keras.utils.get_file`.
 Any CoNLL-U files work:
@@ -69,7 +77,7 @@ import sys
 import time
 import weakref
 from collections import Counter
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -467,6 +475,77 @@ def export_tagger(model, encoder: TokenEncoder, tags: Sequence[str], export_dir:
         return write_version(archive, export_dir, version)
 
 
+def export_tagger_litert(model, encoder: TokenEncoder, tags: Sequence[str], folder: str,
+                         batch_size: int = 1) -> str:
+    """Writes `folder/pos_tagger.tflite` (LiteRT builtin ops only, through
+    `kb.export_tflite`) and `folder/ids.json`, the vocabularies that turn
+    tokens into its inputs; returns the `.tflite` path.
+
+    LiteRT has no string ops, so the lookups stay on the device (see
+    `device_ids`). Inputs: `words` int32 `[batch_size, time]` and `chars`
+    int32 `[batch_size, time, width]`, time and width dynamic, padding id 0
+    (left padding and holes work too: the mask comes from the ids). Output:
+    float32 `[batch_size, time, n_tags]`, zeros at padding; the tag of a word
+    is `tags[argmax]`.
+    """
+    os.makedirs(folder, exist_ok=True)
+    ids = {
+        "words": encoder.word_lookup.get_vocabulary(),
+        "chars": encoder.char_lookup.get_vocabulary(),
+        "tags": list(tags),
+        "max_chars": encoder.max_chars,
+        "batch_size": batch_size,
+    }
+    with open(os.path.join(folder, "ids.json"), "w", encoding="utf-8") as f:
+        json.dump(ids, f, ensure_ascii=False)
+    return kb.export_tflite(model, os.path.join(folder, "pos_tagger.tflite"), batch_size=batch_size, lengths=False)
+
+
+def device_ids(sentences: Sequence[Sequence[str]], ids: dict) -> Tuple[np.ndarray, np.ndarray]:
+    """The LiteRT tagger's inputs from tokens, in plain Python: what an app
+    on the device computes (`ids` is the export's `ids.json`).
+
+    word id: the index of the lower-cased token in `ids["words"]` (0 is
+    padding "", 1 is "[UNK]" for every other word). char ids: the token's
+    characters (Unicode code points) looked up the same way in
+    `ids["chars"]`; a word longer than `max_chars` keeps its first
+    `max_chars // 2` and last `max_chars - max_chars // 2` characters;
+    rows are right-padded with 0 to the longest sentence, words to the
+    longest kept word. The same ids as `TokenEncoder`'s (tested).
+    """
+    word_index = {w: i for i, w in enumerate(ids["words"])}
+    char_index = {c: i for i, c in enumerate(ids["chars"])}
+    c = ids["max_chars"]
+    kept = [[t if len(t) <= c else t[: c // 2] + t[len(t) - (c - c // 2) :] for t in s] for s in sentences]
+    time_size = max([len(s) for s in sentences] + [1])
+    width = max([len(t) for s in kept for t in s] + [1])
+    words = np.zeros((len(sentences), time_size), np.int32)
+    chars = np.zeros((len(sentences), time_size, width), np.int32)
+    for i, sentence in enumerate(kept):
+        for j, token in enumerate(sentence):
+            words[i, j] = word_index.get(token.lower(), 1) if token else 0
+            chars[i, j, : len(token)] = [char_index.get(ch, 1) for ch in token]
+    return words, chars
+
+
+def litert_probabilities(path: str, words: np.ndarray, chars: np.ndarray) -> np.ndarray:
+    """Runs the `.tflite` tagger on a batch of its own batch size (the
+    interpreter of `ai-edge-litert`, else TensorFlow's)."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        Interpreter = tf.lite.Interpreter
+    interpreter = Interpreter(model_path=path)
+    index = {d["name"]: d["index"] for d in interpreter.get_input_details()}
+    interpreter.resize_tensor_input(index["words"], words.shape)
+    interpreter.resize_tensor_input(index["chars"], chars.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(index["words"], words)
+    interpreter.set_tensor(index["chars"], chars)
+    interpreter.invoke()
+    return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+
+
 # --- the run -------------------------------------------------------------------------------
 
 
@@ -497,7 +576,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="saved_models",
                         help="export base folder: the best tagger goes to <out>/pos_tagger/1/ (default saved_models)")
-    parser.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+    parser.add_argument("--no-export", action="store_true", help="skip the SavedModel and LiteRT exports")
     parser.add_argument("--layers", choices=LAYERS, default="kb",
                         help="kb: keras_birnn's layers (default); keras: the same taggers from "
                         "keras.layers.GRU / LSTM / Bidirectional, the projection merge as a Dense softmax on "
@@ -601,7 +680,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     print(f"\nUPOS accuracy ({args.epochs} epochs, {len(train)} training sentences, hidden {args.hidden}{twin}):")
     print(format_table(rows))
     best = max(rows, key=lambda r: r["dev"])
-    export_path = None
+    export_path = litert_path = None
     if not args.no_export:
         export_path = export_tagger(models[best["variant"]], encoder, tags,
                                     os.path.join(args.out, "pos_tagger"))
@@ -611,12 +690,21 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         print(f"\nExported the {best['variant']} tagger to {export_path} (string tokens in, tags out):")
         for toks, row in zip(example, out):
             print("  " + " ".join(f"{t}/{g.decode()}" for t, g in zip(toks, row) if t))
+        litert_path = export_tagger_litert(models[best["variant"]], encoder, tags,
+                                           os.path.join(args.out, "pos_tagger_litert"))
+        with open(os.path.join(os.path.dirname(litert_path), "ids.json"), encoding="utf-8") as f:
+            ids = json.load(f)
+        print(f"and to {litert_path} for LiteRT (builtin ops only; ids in, see ids.json beside it):")
+        for toks in example:
+            probs = litert_probabilities(litert_path, *device_ids([toks], ids))[0]
+            print("  " + " ".join(f"{t}/{tags[k]}" for t, k in zip(toks, probs.argmax(-1))))
     total = time.perf_counter() - start
     print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
     if args.report_json:
         write_report(args.report_json, args, rows, len(dev_set), export_path, total)
     return {"rows": rows, "models": models, "encoder": encoder, "tags": tags, "best": best["variant"],
-            "export_path": export_path, "dev": dev, "dev_set": dev_set, "seconds": total}
+            "export_path": export_path, "litert_path": litert_path, "dev": dev, "dev_set": dev_set,
+            "seconds": total}
 
 
 def write_report(path: str, args, rows, dev_sentences: int, export_path, total: float) -> None:

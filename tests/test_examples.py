@@ -156,6 +156,35 @@ def test_pos_tagger_savedmodel_serves_strings_to_tags_in_a_fresh_process(pos_run
         np.testing.assert_allclose(np.array(served["probabilities"][row])[:n], keras_probs[row, :n], atol=1e-5)
 
 
+@needs_ewt
+def test_pos_tagger_litert_takes_device_ids_and_equals_keras(pos_run):
+    """The .tflite tagger (builtin ops only) on ids computed in plain Python
+    from its ids.json: the same ids as the training pipeline's, and the same
+    probabilities as the Keras model at every word, right- and left-padded."""
+    pytest.importorskip("ai_edge_litert.interpreter")
+    pos, result, _ = pos_run
+    path = result["litert_path"]
+    assert path.endswith(os.path.join("pos_tagger_litert", "pos_tagger.tflite"))
+    with open(os.path.join(os.path.dirname(path), "ids.json"), encoding="utf-8") as f:
+        ids = json.load(f)
+    assert ids["tags"] == list(result["tags"]) and ids["batch_size"] == 1
+    sentences = [tokens for tokens, _, _ in result["dev"][:4]]
+    sentences.append(["Zyxwvut", "qwertyuiopasdfghjklzxc", "\u00e9t\u00e9", "!"])  # OOV words and characters
+    model = result["models"][result["best"]]
+    for tokens in sentences:
+        words, chars = pos.device_ids([tokens], ids)
+        expected_words, expected_chars = result["encoder"]([tokens])
+        np.testing.assert_array_equal(words, expected_words)
+        np.testing.assert_array_equal(chars, expected_chars)
+        for shift in (0, 3):  # right padding only, then three padding words in front
+            w = np.pad(words, [(0, 0), (shift, 1)])
+            c = np.pad(chars, [(0, 0), (shift, 1), (0, 0)])
+            got = pos.litert_probabilities(path, w, c)
+            keras_probs = np.asarray(model((w, c), training=False))
+            valid = w != 0
+            np.testing.assert_allclose(got[valid], keras_probs[valid], atol=1e-5, rtol=1e-5)
+
+
 def test_token_encoder_keeps_prefix_and_suffix_of_long_words():
     pos = load_example("pos_tagging")
     encoder = pos.TokenEncoder(words=["the"], chars=list("abcdefghijklmnopqrstuvwxyz"), max_chars=6)
