@@ -89,3 +89,22 @@ def test_onnx_matches_keras_for_every_cell_merge_and_head(tmp_path, build):
         x = rng.normal(size=(3, time, F)).astype("float32")
         got = session.run([o.name for o in order], {names["inputs"]: x, names[LENGTHS_KEY]: lengths})
         assert_outputs_match(got, model(x, mask=tf.constant(mask)), mask, f"T={time}")
+
+
+def test_onnx_left_padding_and_holes_from_the_ids(tmp_path):
+    """Padding marked by id 0 of an Embedding(mask_zero=True): left-padded
+    rows and rows with holes, through the signature without `lengths`."""
+    ids = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(10, F, mask_zero=True)(ids)
+    tags = kb.Bidirectional(kb.LSTMCell(U), return_sequences=True, merge_mode="projection", projection_units=2)(x)
+    sentence = kb.Bidirectional(kb.GRUCell(U))(x)
+    model = randomize(keras.Model(ids, [tags, sentence]))
+    session = _session(kb.export_saved_model(model, tmp_path, version=1, lengths_input=False), SIGNATURE_DEFAULT)
+    order = sorted(session.get_outputs(), key=lambda o: int(o.name.split(":")[0].rsplit("_", 1)[1]))
+    rng = np.random.default_rng(2)
+    for time in (5, 8):
+        steps = np.arange(time)[None]
+        for valid in (steps >= np.array([[0], [time - 2], [time]]), steps % 3 != 1):
+            x = np.where(valid, rng.integers(1, 10, valid.shape), 0).astype("int32")
+            got = session.run([o.name for o in order], {session.get_inputs()[0].name: x})
+            assert_outputs_match(got, model(x), valid, f"T={time}")
