@@ -201,12 +201,14 @@ def _input_name(tensor, position: int) -> str:
 @contextlib.contextmanager
 def _tracing_for_litert(model):
     """Plain `While` loops without time buckets, no row compaction (its
-    `DynamicPartition` is no builtin), the forward pass alone."""
+    `DynamicPartition` is no builtin), the forward pass alone, and no branch
+    for an empty time axis (see `recurrence._no_empty_case`)."""
     with (
         _quiet_model_mask_warning(model),
         recurrence.xla_disabled(),
         recurrence._rows_kept(),
         recurrence._forward_only(),
+        recurrence._no_empty_case(),
     ):
         yield
 

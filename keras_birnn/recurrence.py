@@ -198,8 +198,13 @@ def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionRes
 
     # XLA cannot compile a loop body over a zero-length axis, so the empty
     # case never reaches it (a static check eagerly, a tf.cond in graphs).
+    # Traced for LiteRT (`_no_empty_case`) there is no cond: the converter
+    # then sees the weights as constants in the loop body and multiplies
+    # with FULLY_CONNECTED instead of BATCH_MATMUL.
     steps = directions[0].inputs.shape[1]
-    if steps is None:
+    if steps is None and not _EmptyCase.enabled:
+        flat_out = loop()
+    elif steps is None:
         flat_out = tf.cond(tf.shape(directions[0].inputs)[1] > 0, loop, no_steps)
     else:
         flat_out = loop() if steps > 0 else no_steps()
@@ -266,6 +271,10 @@ class _CustomGradient:
     enabled = True
 
 
+class _EmptyCase:
+    enabled = True
+
+
 @contextlib.contextmanager
 def _switched_off(setting):
     """Sets `setting.enabled` to False for the `with` block (read when
@@ -291,6 +300,15 @@ def _rows_kept():
     dynamic. Exact either way: a fully masked row changes nothing. Read when
     functions are traced, like `xla_disabled`."""
     return _switched_off(_CompactRows)
+
+
+def _no_empty_case():
+    """Loops traced inside have no branch for a zero-length time axis, for
+    `litert.export_tflite`: the branch hides the weights from the
+    converter, which then multiplies with slow BATCH_MATMULs, not
+    FULLY_CONNECTED. Such a graph needs at least one time step (with none
+    it fails, it is not silently wrong). Read when functions are traced."""
+    return _switched_off(_EmptyCase)
 
 
 def _forward_only():
