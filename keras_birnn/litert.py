@@ -11,9 +11,10 @@ Limits, and why:
   TensorList element shape (`'tf.TensorListReserve' op requires
   element_shape to be static` otherwise, for Keras's own GRU as well),
   and that shape holds the batch.
-- Dynamic time axis: resize it per call with
+- Dynamic time axis of at least one step: resize it per call with
   `interpreter.resize_tensor_input(...)` then `allocate_tensors()` (the
-  file has no SignatureDef, so no signature runner).
+  file has no SignatureDef, so no signature runner). There is no branch
+  for an empty axis (`recurrence._no_empty_case`); time 0 fails.
 - Numbers in, numbers out: LiteRT has no string ops, so a vocabulary
   lookup stays outside; integer token ids into an `Embedding` work.
 """
