@@ -1,17 +1,24 @@
-"""Readers for the example data sets: CoNLL-U treebanks and sentence polarity files.
+"""Readers for the example data sets: CoNLL-U treebanks, CoNLL column files
+(CoNLL-2000 chunking, CoNLL-2002 named entities) and sentence polarity files.
 
 Plain Python (no TensorFlow): they return lists that the examples turn
 into tensors.
 
     >>> sentences = read_conllu("en_ewt-ud-dev.conllu")
     >>> tokens, upos, xpos = sentences[0]
+    >>> chunks = read_columns("train.txt")            # word POS chunk: last column
+    >>> tokens, tags = chunks[0]
+    >>> train, held_out = split_held_out(chunks, fraction=0.1, seed=0)
     >>> texts, labels = read_polarity("rt-polarity.pos", "rt-polarity.neg")
 """
 
 import os
-from typing import List, Tuple
+import random
+from typing import List, Sequence, Tuple, TypeVar
 
 Sentence = Tuple[List[str], List[str], List[str]]
+Tagged = Tuple[List[str], List[str]]
+T = TypeVar("T")
 
 _ID, _FORM, _UPOS, _XPOS = 0, 1, 3, 4
 
@@ -80,6 +87,79 @@ def read_conllu(path) -> List[Sentence]:
     multiword-token ranges like `1-2`, empty nodes like `8.1`).
     """
     return parse_conllu(_read_text(path), source=os.fspath(path))
+
+
+def parse_columns(text: str, source: str = "<string>", token_column: int = 0, tag_column: int = -1) -> List[Tagged]:
+    """Sentences of a CoNLL column file as `(tokens, tags)` lists.
+
+    One token a line, columns separated by spaces or tabs, a blank line
+    between sentences (several blank lines, a missing final one and CRLF
+    line ends are tolerated). `-DOCSTART-` lines (document breaks in
+    CoNLL-2002 Dutch and CoNLL-2003) are skipped. Which column holds what:
+    CoNLL-2000 chunking is `word POS chunk`, CoNLL-2002 `word tag` in the
+    original release and `word POS tag` as distributed with NLTK; the
+    defaults (first and last column) read all of them.
+
+    Args:
+        text: The file's contents.
+        source: A name for error messages (the path).
+        token_column: Index of the token column (negative counts from the end).
+        tag_column: Index of the tag column (negative counts from the end).
+
+    Raises:
+        ValueError: a line with too few columns, naming `source` and the line number.
+    """
+    sentences: List[Tagged] = []
+    tokens: List[str] = []
+    tags: List[str] = []
+    # Columns a line needs: a token and a tag, and the indices must exist.
+    needed = max(2, *(c + 1 if c >= 0 else -c for c in (token_column, tag_column)))
+    for number, line in enumerate(text.splitlines(), start=1):
+        columns = line.split()
+        if not columns or columns[0] == "-DOCSTART-":
+            if tokens:
+                sentences.append((tokens, tags))
+                tokens, tags = [], []
+            continue
+        if len(columns) < needed:
+            raise ValueError(
+                f"{source}:{number}: a token line needs at least {needed} columns "
+                f"(token column {token_column}, tag column {tag_column}), found {len(columns)}: {line[:80]!r}"
+            )
+        tokens.append(columns[token_column])
+        tags.append(columns[tag_column])
+    if tokens:
+        sentences.append((tokens, tags))
+    return sentences
+
+
+def read_columns(path, token_column: int = 0, tag_column: int = -1) -> List[Tagged]:
+    """Reads a CoNLL column file (UTF-8, else Latin-1: the original
+    CoNLL-2002 files are Latin-1): a list of `(tokens, tags)`, one per
+    sentence. See `parse_columns` for the format and the column indices."""
+    return parse_columns(_read_text(path), os.fspath(path), token_column, tag_column)
+
+
+def split_held_out(items: Sequence[T], fraction: float = 0.1, seed: int = 0) -> Tuple[List[T], List[T]]:
+    """A fixed, seeded split into `(kept, held_out)`, both in their original order.
+
+    `round(fraction * len(items))` items are held out: those with the
+    smallest of `len(items)` draws of `random.Random(seed).random()`, a
+    sequence Python guarantees across versions, so the split is the same
+    everywhere for the same seed and length.
+
+    Args:
+        items: The sentences (any sequence).
+        fraction: Share held out, in [0, 1].
+        seed: Seed of the draws.
+    """
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"`fraction` must be in [0, 1], received {fraction!r}.")
+    draws = random.Random(seed)
+    keys = [draws.random() for _ in range(len(items))]
+    held = set(sorted(range(len(items)), key=keys.__getitem__)[: round(fraction * len(items))])
+    kept = [item for i, item in enumerate(items) if i not in held]
+    return kept, [item for i, item in enumerate(items) if i in held]
 
 
 def read_lines(path) -> List[str]:

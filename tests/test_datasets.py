@@ -1,16 +1,27 @@
-"""keras_birnn.datasets: the CoNLL-U reader on real EWT lines, the polarity reader."""
+"""keras_birnn.datasets: the CoNLL-U reader on real EWT lines, the CoNLL column
+reader on hand-written files, the held-out split, the polarity reader."""
 
 import os
 import re
 
 import pytest
 
-from keras_birnn.datasets import parse_conllu, read_conllu, read_lines, read_polarity
+from keras_birnn.datasets import (
+    parse_columns,
+    parse_conllu,
+    read_columns,
+    read_conllu,
+    read_lines,
+    read_polarity,
+    split_held_out,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
 EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
 POLARITY = os.path.join(SHARED_DATA, "sentence_polarity")
+CONLL2002 = os.path.join(SHARED_DATA, "conll2002_spanish")
+CONLL2000 = os.path.join(SHARED_DATA, "conll2000_chunking")
 
 # Two sentences verbatim from UD English EWT r2.15 train (CC BY-SA 4.0): the
 # first has a multiword-token range (1-2), the second an empty node (8.1).
@@ -122,3 +133,104 @@ def test_shared_polarity_files():
     texts, labels = read_polarity(os.path.join(POLARITY, "rt-polarity.pos"), os.path.join(POLARITY, "rt-polarity.neg"))
     assert len(texts) == 10_662 and sum(labels) == 5_331
     assert texts[0].startswith("the rock is destined to be the 21st century's new")
+
+
+# --- CoNLL column files ----------------------------------------------------------------
+
+# CoNLL-2000 layout, `word POS chunk`, written by hand.
+CHUNK_LINES = (
+    "He PRP B-NP\n"
+    "reckons VBZ B-VP\n"
+    "the DT B-NP\n"
+    "deficit NN I-NP\n"
+    "\n"
+    "Rockwell NNP B-NP\n"
+    "said VBD B-VP\n"
+    ". . O\n"
+)
+# CoNLL-2002 original layout, `word tag`, with document breaks (as in the
+# Dutch files) and several blank lines; Latin-1 characters.
+NER_LINES = (
+    "-DOCSTART- -DOCSTART-\n"
+    "\n"
+    "Sancho B-PER\n"
+    "Pe\u00f1a I-PER\n"
+    "vive O\n"
+    "en O\n"
+    "Le\u00f3n B-LOC\n"
+    "\n"
+    "\n"
+    "-DOCSTART- -DOCSTART-\n"
+    "La O\n"
+    "EFE B-ORG\n"
+)
+
+
+def test_columns_three_and_two_columns_docstart_and_blank_lines():
+    assert parse_columns(CHUNK_LINES) == [
+        (["He", "reckons", "the", "deficit"], ["B-NP", "B-VP", "B-NP", "I-NP"]),
+        (["Rockwell", "said", "."], ["B-NP", "B-VP", "O"]),
+    ]
+    # The POS column instead of the chunk column.
+    assert parse_columns(CHUNK_LINES, tag_column=1)[1] == (["Rockwell", "said", "."], ["NNP", "VBD", "."])
+    # -DOCSTART- lines are no tokens, and they break sentences (no blank line before "La").
+    assert parse_columns(NER_LINES) == [
+        (["Sancho", "Pe\u00f1a", "vive", "en", "Le\u00f3n"], ["B-PER", "I-PER", "O", "O", "B-LOC"]),
+        (["La", "EFE"], ["O", "B-ORG"]),
+    ]
+    assert parse_columns("") == [] and parse_columns("-DOCSTART- O\n\n\n") == []
+    assert parse_columns("a\tDT\tB-NP\nb  NN   I-NP\n") == [(["a", "b"], ["B-NP", "I-NP"])]  # tabs, runs of spaces
+
+
+def test_read_columns_latin1_utf8_crlf_and_no_final_blank_line(tmp_path):
+    expected = parse_columns(NER_LINES)
+    latin1, utf8 = tmp_path / "esp.latin1", tmp_path / "esp.utf8"
+    latin1.write_bytes(NER_LINES.replace("\n", "\r\n").encode("latin-1"))
+    utf8.write_bytes(("\ufeff" + NER_LINES.rstrip("\n")).encode("utf-8"))
+    assert read_columns(latin1) == expected  # not UTF-8: read as Latin-1
+    assert read_columns(str(utf8)) == expected
+
+
+def test_columns_malformed_lines_name_the_file_and_line():
+    with pytest.raises(ValueError, match=r"x\.txt:2: .*at least 2 columns"):
+        parse_columns("He B-NP\nreckons\n", source="x.txt")
+    with pytest.raises(ValueError, match=r"<string>:1: .*at least 4 columns"):
+        parse_columns("He PRP B-NP\n", tag_column=3)
+    with pytest.raises(ValueError, match=r"at least 3 columns"):
+        parse_columns("He B-NP\n", tag_column=-3)
+
+
+def test_split_held_out_is_fixed_disjoint_and_keeps_the_order():
+    items = list(range(100))
+    kept, held = split_held_out(items, fraction=0.1, seed=0)
+    assert len(held) == 10 and len(kept) == 90
+    assert sorted(kept + held) == items and kept == sorted(kept) and held == sorted(held)
+    assert split_held_out(items, 0.1, seed=0) == (kept, held)
+    assert split_held_out(items, 0.1, seed=1)[1] != held
+    # Python guarantees random.Random(seed).random() across versions, so the split is pinned.
+    assert held == [25, 35, 40, 46, 52, 56, 70, 71, 75, 97]
+    assert split_held_out(items, 0.0) == (items, []) and split_held_out([], 0.1) == ([], [])
+    with pytest.raises(ValueError, match="fraction"):
+        split_held_out(items, 1.5)
+
+
+@pytest.mark.skipif(not os.path.isdir(CONLL2002), reason="shared data folder ../shared/data/conll2002_spanish absent")
+@pytest.mark.parametrize("name, sentences, tokens", [("esp.train", 8_323, 264_715), ("esp.testa", 1_915, 52_923)])
+def test_shared_conll2002_files(name, sentences, tokens):
+    data = read_columns(os.path.join(CONLL2002, name))
+    assert len(data) == sentences and sum(len(t) for t, _ in data) == tokens  # shared/data/README.md
+    assert {tag for _, tags in data for tag in tags} == {
+        "O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"}
+    if name == "esp.train":
+        assert data[0][0][:4] == ["Melbourne", "(", "Australia", ")"] and data[0][1][:3] == ["B-LOC", "O", "B-LOC"]
+
+
+@pytest.mark.skipif(not os.path.isdir(CONLL2000), reason="shared data folder ../shared/data/conll2000_chunking absent")
+def test_shared_conll2000_file_and_its_held_out_split():
+    data = read_columns(os.path.join(CONLL2000, "train.txt"))
+    assert len(data) == 8_936 and sum(len(t) for t, _ in data) == 211_727
+    assert data[0][0][:3] == ["Confidence", "in", "the"] and data[0][1][:3] == ["B-NP", "B-PP", "B-NP"]
+    train, held = split_held_out(data, fraction=0.1, seed=0)
+    assert len(held) == 894 and len(train) == 8_042
+    assert held[0][0][:4] == ["In", "Tokyo", "on", "Monday"]  # sentence 35 of the file
+    assert held[0] == data[35] and train[:35] == data[:35]
