@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_birnn import recurrence
+from keras_birnn._tf_internal import inbound_nodes, is_registered_op
 from keras_birnn.recurrence import xla_disabled
 
 SIGNATURE_DEFAULT = "serving_default"
@@ -249,8 +250,6 @@ def saved_model_xla_functions(saved_model_dir) -> Set[str]:
 
 def check_graph_ops(saved_model_dir) -> Set[str]:
     """Raises ValueError for forbidden, non-core or XLA-compiled ops; returns the op types."""
-    from tensorflow.python.framework import op_def_registry
-
     ops = saved_model_op_types(saved_model_dir)
     forbidden = sorted(ops & FORBIDDEN_OPS)
     if forbidden:
@@ -259,7 +258,7 @@ def check_graph_ops(saved_model_dir) -> Set[str]:
             "Python callbacks and cuDNN-only kernels are not allowed (trace on CPU, or use "
             "keras_birnn layers instead of layers that pick cuDNN on a GPU)."
         )
-    unknown = sorted(op for op in ops if op_def_registry.get(op) is None)
+    unknown = sorted(op for op in ops if not is_registered_op(op))
     if unknown:
         raise ValueError(f"The exported graph holds ops unknown to core TensorFlow: {unknown}.")
     compiled = sorted(saved_model_xla_functions(saved_model_dir))
@@ -322,7 +321,7 @@ def _direct_consumers(model):
         return []
     consumers = []
     for layer in model.layers:
-        for node in getattr(layer, "_inbound_nodes", []):
+        for node in inbound_nodes(layer):
             if any(t is source for t in keras.tree.flatten(node.input_tensors)):
                 consumers.append(layer)
                 break

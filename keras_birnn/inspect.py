@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_birnn import recurrence
+from keras_birnn._tf_internal import functional_node_keys, inbound_nodes, keras_mask
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.masking import validate_mask
 from keras_birnn.recurrent import sequence_input
@@ -113,20 +114,19 @@ def _pick(candidates, layer, what):
 
 def _node_input(model, target):
     """The input tensor and mask (symbolic) that `target` receives in `model`."""
-    nodes = getattr(target, "_inbound_nodes", None) or []
+    nodes = inbound_nodes(target)
     if not nodes:
         raise ValueError(
             f"Layer {target.name!r} has not been called inside the model, so its input is unknown."
         )
     # The node of this model (a layer shared by several models has several).
-    graph = getattr(model, "_functional", None) or model
-    keys = getattr(graph, "_nodes", None) or set()
+    keys = functional_node_keys(model)
     node = next((n for i, n in enumerate(nodes) if f"{target.name}_ib-{i}" in keys), nodes[0])
     arguments = node.arguments
     tensor = arguments.args[0]
     mask = arguments.kwargs.get("mask")
     if mask is None:
-        mask = getattr(tensor, "_keras_mask", None)
+        mask = keras_mask(tensor)
     return tensor, mask
 
 
@@ -161,7 +161,7 @@ def _resolve(layer_or_model, inputs, mask, layer):
         values = keras.Model(model_inputs, outputs)(inputs, training=False)
         values = values if isinstance(values, (list, tuple)) else [values]
         x = values[0]
-        layer_mask = values[1] if mask_tensor is not None else getattr(x, "_keras_mask", None)
+        layer_mask = values[1] if mask_tensor is not None else keras_mask(x)
         if in_stack is not None:
             stack, index = in_stack
             x = stack.layer_input(x, index, mask=layer_mask, training=False)

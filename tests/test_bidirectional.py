@@ -300,10 +300,11 @@ def loop_settings(compiled_loops):
     loops for one test; loops built under other settings are dropped from
     the caches before and after."""
     rec = kb.recurrence
-    saved = {"xla": rec._XLA.enabled, "inline_step_limit": rec._INLINE_STEP_LIMIT}
+    # The limit is set where `_max_inline_batch` reads it (`recurrence.compiled`).
+    saved = {"xla": rec._XLA.enabled, "inline_step_limit": rec.compiled._INLINE_STEP_LIMIT}
 
     def switch(xla=saved["xla"], inline_step_limit=saved["inline_step_limit"]):
-        rec._XLA.enabled, rec._INLINE_STEP_LIMIT = xla, inline_step_limit
+        rec._XLA.enabled, rec.compiled._INLINE_STEP_LIMIT = xla, inline_step_limit
         rec._loop_functions.cache_clear()
         rec._compiled_runner.cache_clear()
 

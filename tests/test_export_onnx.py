@@ -4,7 +4,7 @@ directions' outputs match Keras, right-padded batches included.
 tf2onnx turns a TensorArray written inside a `While` into an ONNX `Loop`
 scan output in iteration order, ignoring the index written at; the forward
 loop writes its outputs at the iteration so that the converted graph is
-right (`recurrence._in_time_order`). Skipped where tf2onnx or onnxruntime is
+right (`recurrence.timeloop._in_time_order`). Skipped where tf2onnx or onnxruntime is
 not installed.
 """
 

@@ -197,8 +197,10 @@ def test_first_order_training_keeps_the_fast_path(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a first-order gradient took the plain loop")
 
-    monkeypatch.setattr(recurrence, "_plain_loop", refuse)
-    monkeypatch.setattr(recurrence, "_autodiff_gradients", refuse)
+    # Patched where they are read: `run` picks the plain loop in
+    # `dispatch`, the BPTT's gradient calls autodiff in `gradients`.
+    monkeypatch.setattr(recurrence.dispatch, "_plain_loop", refuse)
+    monkeypatch.setattr(recurrence.gradients, "_autodiff_gradients", refuse)
     ours, theirs, x = _pair("gru", seed=9)
     results = []
     for layer in (ours, theirs):

@@ -167,7 +167,7 @@ def test_dropout_between_layers_only_in_training():
 
 def test_cell_template_and_config():
     template = kb.GRUCell(7, reset_after=False, activation="relu")
-    # Equal widths: see the report on recurrence.py's shape relaxation (two
+    # Equal widths: see the loop key's shape relaxation (`recurrence.layout`; two
     # layers of one cell type but different widths share a compiled loop).
     stack = kb.stacked_bidirectional(template, units=(3, 3), merge_mode="mul", name="encoder")
     stack.build((None, None, F))

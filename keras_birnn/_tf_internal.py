@@ -1,0 +1,72 @@
+"""The one place keras_birnn touches TensorFlow's and Keras's private internals.
+
+Every other module goes through these functions, so that a TensorFlow or
+Keras upgrade that moves an internal breaks here, in one file, and
+`tests/test_internal_imports.py` keeps it that way. Each function says why
+the public API does not suffice.
+"""
+
+from typing import Any, List, Sequence, Set
+
+import tensorflow as tf
+
+# Why private: no public TensorFlow API answers these questions; see each function.
+from tensorflow.python.eager import forwardprop_util
+from tensorflow.python.framework import op_def_registry
+from tensorflow.python.ops import gradients_util
+from tensorflow.python.saved_model import save_context
+
+
+def in_xla_context() -> bool:
+    """Whether ops built now are compiled by XLA (inside a `jit_compile=True`
+    function). Public TensorFlow has no way to ask; `tf.__internal__` is the
+    exported-but-internal door to the XLA control-flow context."""
+    return tf.__internal__.get_enclosing_xla_context() is not None
+
+
+def in_save_context() -> bool:
+    """Whether functions are being traced for a SavedModel. `tf.saved_model`
+    exposes no such predicate; the save machinery sets this context."""
+    return save_context.in_save_context()
+
+
+def may_differentiate_twice(tensors: Sequence[tf.Tensor]) -> bool:
+    """Whether a gradient of `tensors` may itself be differentiated (two
+    tapes, or a persistent one, watch them). `tf.GradientTape` has no public
+    query for the tapes watching a tensor."""
+    kind = gradients_util.PossibleTapeGradientTypes(tensors)
+    return kind == gradients_util.POSSIBLE_GRADIENT_TYPES_HIGHER_ORDER
+
+
+def carries_tangents(tensors: Sequence[tf.Tensor]) -> bool:
+    """Whether a `tf.autodiff.ForwardAccumulator` carries tangents of
+    `tensors`. The accumulator's public API only answers for tensors it
+    already knows (`jvp`), not whether any accumulator is watching."""
+    return bool(forwardprop_util.pack_tangents(tensors).tangents)
+
+
+def is_registered_op(op_type: str) -> bool:
+    """Whether core TensorFlow (this process's op registry) defines an op.
+    `tf.raw_ops` lists only ops with Python wrappers, not the registry."""
+    return op_def_registry.get(op_type) is not None
+
+
+def inbound_nodes(layer: Any) -> List[Any]:
+    """The Keras nodes at which `layer` was called. Keras 3 keeps the
+    functional graph's nodes private; no public accessor lists a layer's
+    call sites (`layer.input` raises for a layer called more than once)."""
+    return list(getattr(layer, "_inbound_nodes", None) or [])
+
+
+def functional_node_keys(model: Any) -> Set[str]:
+    """The keys (`"<layer name>_ib-<index>"`) of the nodes belonging to a
+    functional model, to tell a shared layer's call sites apart. Private in
+    Keras 3, like `inbound_nodes`."""
+    graph = getattr(model, "_functional", None) or model
+    return getattr(graph, "_nodes", None) or set()
+
+
+def keras_mask(tensor: Any) -> Any:
+    """The Keras mask attached to a symbolic or eager tensor, or None. Keras 3
+    attaches it as a private attribute and exports no getter."""
+    return getattr(tensor, "_keras_mask", None)

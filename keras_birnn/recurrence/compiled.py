@@ -1,0 +1,197 @@
+"""The loops as functions: forward, keeping and backward, per loop key,
+plain or XLA-compiled, cached so that each loop structure is traced once.
+
+Inside a graph each direction can be its own loop (`_split_loop_functions`),
+which TensorFlow's executor runs at the same time as the others; otherwise
+all directions advance in one loop (`loops._forward_loop`).
+"""
+
+import functools
+from typing import Callable, Sequence, Tuple
+
+import tensorflow as tf
+
+from keras_birnn.recurrence.gradients import _bulk_gradients
+from keras_birnn.recurrence.layout import (
+    DirectionSpec,
+    LoopKey,
+    _flatten_outputs,
+    _group_memory,
+    _input_splitter,
+    _memory_splitter,
+    _output_splitter,
+    _unflatten,
+)
+from keras_birnn.recurrence.loops import _backward_loop, _forward_loop
+
+LoopFunctions = Tuple[Callable, Callable, Callable]
+
+# Multiply-adds of one step's matmuls (batch x (features + units) x gate
+# width) up to which a one-direction inference loop reads its inputs inside
+# the step. Such a step has at most 8 XLA kernels, which XLA's CPU runtime
+# then runs in order on the calling thread instead of handing them to
+# TensorFlow's intra-op pool: faster for small steps, slower once one
+# thread's matmuls are too slow (benchmarks/README.md has the crossover).
+_INLINE_STEP_LIMIT = 5_000_000
+
+
+@functools.lru_cache(maxsize=None)
+def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
+    """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
+    memory, and backward(flat, mask, memory, d_outputs) -> gradients. With
+    XLA, the loops (not backward's bulk matmuls) are compiled once per loop
+    structure and reused across calls (eagerly too); XLA compiles each once
+    per concrete input shape. An inference forward of one direction has two
+    loops, for small and large steps (`_by_batch_size`). With `split`,
+    every direction has loops of its own (`_split_loop_functions`). `xla`
+    is as `_compiled` takes it."""
+    if split:
+        return _split_loop_functions(key, xla)
+    # The shared forms read slices as XLA's do (`_time_loop`), in both.
+    xla_reads = xla in (True, "shared", "shared-xla")
+    compiled_backward_loop = _compiled(key, xla, "backward", _backward_loop_fn(key, xla_reads))
+    backward = _backward_fn(key, compiled_backward_loop)
+    keeping = _compiled(key, xla, "keeping", _forward_fn(key, xla_reads, True))
+    if key.keep:
+        return keeping, keeping, backward
+    forward = _compiled(key, xla, "forward", _forward_fn(key, xla_reads, False))
+    max_inline_batch = _max_inline_batch(key.specs) if xla_reads else 0
+    if max_inline_batch:
+        small = _compiled(key, xla, "small", _forward_fn(key, xla_reads, False, read_in_step=True))
+        forward = _by_batch_size(max_inline_batch, small=small, large=forward)
+    return forward, keeping, backward
+
+
+def _forward_fn(key: LoopKey, xla_reads: bool, keep_for_bptt: bool, read_in_step: bool = False) -> Callable:
+    def forward(flat, mask):
+        directions = _unflatten(list(flat), key.specs)
+        sequences, final_states, memory = _forward_loop(
+            directions, mask if key.has_mask else None, key.return_sequences, keep_for_bptt, read_in_step, xla_reads
+        )
+        flat_out = _flatten_outputs(sequences, final_states, key.return_sequences)
+        return flat_out, [t for kept in memory for t in kept]
+
+    return forward
+
+
+def _backward_loop_fn(key: LoopKey, xla_reads: bool) -> Callable:
+    # Named `backward_loop`: the traced function's name says it is BPTT.
+    def backward_loop(flat, mask, memory, d_flat_out):
+        directions = _unflatten(list(flat), key.specs)
+        mask = mask if key.has_mask else None
+        memory = _group_memory(directions, memory)
+        return _backward_loop(directions, mask, key.return_sequences, memory, d_flat_out, xla_reads)
+
+    return backward_loop
+
+
+def _backward_fn(key: LoopKey, compiled_backward_loop: Callable) -> Callable:
+    def backward(flat, mask, memory, d_flat_out):
+        # Only the loop is compiled: the sums over time are a few large
+        # matmuls that TensorFlow's own kernels run as fast, and leaving
+        # them out of XLA shortens the backward pass's compile time.
+        records, d_initial = compiled_backward_loop(flat, mask, memory, d_flat_out)
+        directions = _unflatten(list(flat), key.specs)
+        memory = _group_memory(directions, memory)
+        return _bulk_gradients(directions, memory, records, d_initial, mask if key.has_mask else None)
+
+    return backward
+
+
+def _compiled(key: LoopKey, xla, role: str, fn: Callable) -> Callable:
+    """`fn` as `xla` asks: True (XLA-compiled), "function" (a plain
+    tf.function: eager calls run graphs, not Python loops), False (inline
+    ops), "shared" / "shared-xla" (the plain and XLA forms of the counted
+    path, around one traced function per role, `_shared_leaf`)."""
+    if not xla:
+        return fn
+    if xla in ("shared", "shared-xla"):
+        plain = _shared_leaf((key, role), fn)
+        if xla == "shared":
+            return plain
+        return tf.function(lambda *args: plain(*args), jit_compile=True, reduce_retracing=True, autograph=False)
+    return tf.function(fn, jit_compile=xla is True, reduce_retracing=True, autograph=False)
+
+
+_SHARED_LEAVES: dict = {}
+
+
+def _shared_leaf(key: tuple, fn: Callable) -> Callable:
+    """One plain `tf.function` per loop role and structure, which the plain
+    form calls directly and the XLA form calls inside its own compiled
+    function: tracing a loop (not compiling it) is most of a new
+    signature's graph-building time, and a graph holding both forms traced
+    each loop twice."""
+    leaf = _SHARED_LEAVES.get(key)
+    if leaf is None:
+        leaf = _SHARED_LEAVES[key] = tf.function(fn, reduce_retracing=True, autograph=False)
+    return leaf
+
+
+def _chosen_loop_functions(key: LoopKey, split: bool, use_compiled: tf.Tensor) -> LoopFunctions:
+    """`_loop_functions`' three functions, each running the XLA-compiled
+    form where `use_compiled` holds and the plain one elsewhere (in a graph
+    XLA compiles a branch only when it runs). Both forms call the same
+    traced loops (`_shared_leaf`), so a new signature is traced once."""
+    compiled, plain = _loop_functions(key, "shared-xla", split), _loop_functions(key, "shared", split)
+
+    def choose(k):
+        return lambda *args: tf.cond(use_compiled, lambda: compiled[k](*args), lambda: plain[k](*args))
+
+    return choose(0), choose(1), choose(2)
+
+
+def _max_inline_batch(specs: Sequence[DirectionSpec]) -> int:
+    """The largest batch for which the inline-read loop is used (0: never):
+    only one direction per loop (the bidirectional layer's concurrent parts,
+    or `kb.Recurrent`); a fused loop has too many kernels per step."""
+    if len(specs) != 1:
+        return 0
+    kernel_shape, recurrent_shape = specs[0].shapes
+    per_row = (kernel_shape[0] + recurrent_shape[0]) * recurrent_shape[1]
+    return _INLINE_STEP_LIMIT // per_row
+
+
+def _by_batch_size(max_batch: int, small: Callable, large: Callable) -> Callable:
+    """A forward function calling `small` up to `max_batch` rows, else
+    `large`: decided when traced if the batch size is known then, by a
+    `tf.cond` otherwise (in a graph only the branch taken is ever compiled
+    by XLA; inside an XLA-compiled caller both are, as part of it)."""
+
+    def forward(flat, mask):
+        batch = flat[0].shape[0]  # a direction's inputs come first
+        if batch is not None:
+            return (small if batch <= max_batch else large)(flat, mask)
+        return tf.cond(
+            tf.shape(flat[0])[0] <= max_batch, lambda: small(flat, mask), lambda: large(flat, mask)
+        )
+
+    return forward
+
+
+def _split_loop_functions(key: LoopKey, xla) -> LoopFunctions:
+    """The same three functions, made of one direction's loops each: in a
+    graph TensorFlow's executor runs the directions' loops at the same time."""
+    parts = [_loop_functions(key._replace(specs=(spec,)), xla, False) for spec in key.specs]
+    inputs, memories = _input_splitter(key.specs), _memory_splitter(key.specs)
+    outputs = _output_splitter(key.specs, key.return_sequences)
+
+    def forward_fn(which):
+        def forward(flat, mask):
+            flat_out, memory = [], []
+            for part, flat_part in zip(parts, inputs(flat)):
+                part_out, part_memory = part[which](flat_part, mask)
+                flat_out.extend(part_out)
+                memory.extend(part_memory)
+            return flat_out, memory
+
+        return forward
+
+    def backward(flat, mask, memory, d_flat_out):
+        grads = []
+        pieces = zip(parts, inputs(flat), memories(memory), outputs(d_flat_out))
+        for part, flat_part, part_memory, part_d_out in pieces:
+            grads.extend(part[2](flat_part, mask, part_memory, part_d_out))
+        return grads
+
+    return forward_fn(0), forward_fn(1), backward

@@ -1,0 +1,209 @@
+"""What a direction is, and how directions travel as flat tensor lists.
+
+`tf.custom_gradient` and `tf.function` take and return flat lists of
+tensors, so every loop function sees directions flattened: per direction,
+its present differentiable fields (`_DIFFERENTIABLE` order), its initial
+states, then its state mask if it has one. Outputs are flattened per
+direction as the output sequence (when returned) then the final states, and
+the forward loop's kept memory as what the step maths saved then the
+incoming states. This module is the one home of those layouts; the loop
+key (`LoopKey`) is what a compiled loop is specialised on.
+"""
+
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+
+class Direction(NamedTuple):
+    """One recurrence to run.
+
+    Attributes:
+        math: The cell's step maths (see `RecurrentCell.step_math`).
+        inputs: `[batch, time, features]`, padding already zeroed.
+        kernel, input_bias: Input projection `x_t kernel + input_bias`.
+        recurrent_kernel, recurrent_bias: The weights the step maths use.
+        initial_states: list of `[batch, units]` tensors.
+        reverse: Iterate from the last step to the first; outputs stay
+            aligned with the input positions.
+        state_mask: Optional recurrent-dropout mask `[batch, units]`.
+    """
+
+    math: Any
+    inputs: tf.Tensor
+    kernel: tf.Tensor
+    input_bias: Optional[tf.Tensor]
+    recurrent_kernel: tf.Tensor
+    recurrent_bias: Optional[tf.Tensor]
+    initial_states: Sequence[tf.Tensor]
+    reverse: bool = False
+    state_mask: Optional[tf.Tensor] = None
+
+
+class DirectionResult(NamedTuple):
+    outputs: Optional[tf.Tensor]  # [batch, time, units], zeros where masked
+    final_states: List[tf.Tensor]
+
+
+_DIFFERENTIABLE = ("inputs", "kernel", "input_bias", "recurrent_kernel", "recurrent_bias")
+
+
+class DirectionSpec(NamedTuple):
+    """One direction's part of a loop key: everything but tensor values and
+    the batch and time sizes. The weights' shapes are part of it, so a
+    function traced for several batch/time sizes relaxes only those."""
+
+    math: Any
+    reverse: bool
+    n_states: int
+    present: Tuple[bool, ...]  # per `_DIFFERENTIABLE` field, then the state mask
+    shapes: Tuple[tuple, tuple]  # the kernel's, the recurrent kernel's
+    dtype: str
+
+    @property
+    def has_state_mask(self) -> bool:
+        return self.present[-1]
+
+    @property
+    def flat_size(self) -> int:
+        """How many tensors `_flatten` lays out for this direction."""
+        return sum(self.present) + self.n_states
+
+
+class LoopKey(NamedTuple):
+    """What a compiled loop is specialised on (hashable: loop caches key on it)."""
+
+    specs: Tuple[DirectionSpec, ...]
+    has_mask: bool
+    return_sequences: bool
+    keep: bool  # the forward loop keeps what BPTT needs (training)
+
+
+def _direction_spec(d: Direction) -> DirectionSpec:
+    present = tuple(getattr(d, name) is not None for name in _DIFFERENTIABLE + ("state_mask",))
+    shapes = (tuple(d.kernel.shape.as_list()), tuple(d.recurrent_kernel.shape.as_list()))
+    return DirectionSpec(d.math, d.reverse, len(d.initial_states), present, shapes, d.inputs.dtype.name)
+
+
+def _loop_key(directions: Sequence[Direction], has_mask: bool, return_sequences: bool, keep: bool) -> LoopKey:
+    return LoopKey(tuple(_direction_spec(d) for d in directions), has_mask, return_sequences, keep)
+
+
+def _flatten(directions: Sequence[Direction]) -> list:
+    flat = []
+    for d in directions:
+        flat.extend(getattr(d, name) for name in _DIFFERENTIABLE if getattr(d, name) is not None)
+        flat.extend(d.initial_states)
+        if d.state_mask is not None:
+            flat.append(d.state_mask)
+    return flat
+
+
+def _unflatten(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> List[Direction]:
+    rebuilt, pos = [], 0
+    for spec in specs:
+        fields = {}
+        for name, there in zip(_DIFFERENTIABLE, spec.present):
+            fields[name] = flat[pos] if there else None
+            pos += int(there)
+        states = list(flat[pos : pos + spec.n_states])
+        pos += spec.n_states
+        state_mask = None
+        if spec.has_state_mask:
+            state_mask, pos = flat[pos], pos + 1
+        rebuilt.append(
+            Direction(spec.math, initial_states=states, reverse=spec.reverse, state_mask=state_mask, **fields)
+        )
+    return rebuilt
+
+
+def _state_mask_positions(specs: Sequence[DirectionSpec]) -> set:
+    """Where the state masks (constants to the gradient) sit in the flat list."""
+    positions, end = set(), 0
+    for spec in specs:
+        end += spec.flat_size
+        if spec.has_state_mask:  # a direction's state mask is its last tensor
+            positions.add(end - 1)
+    return positions
+
+
+def _splitter(sizes: Sequence[int]) -> Callable[[Sequence[Any]], List[list]]:
+    """A function cutting a flat list into consecutive pieces of `sizes`."""
+
+    def split(flat):
+        pieces, pos = [], 0
+        for size in sizes:
+            pieces.append(list(flat[pos : pos + size]))
+            pos += size
+        return pieces
+
+    return split
+
+
+def _input_splitter(specs: Sequence[DirectionSpec]) -> Callable:
+    """Cuts `_flatten`'s list per direction."""
+    return _splitter([spec.flat_size for spec in specs])
+
+
+def _memory_splitter(specs: Sequence[DirectionSpec]) -> Callable:
+    """Cuts the flat kept memory per direction: what the step maths saved,
+    then the incoming states."""
+    return _splitter([1 + spec.n_states for spec in specs])
+
+
+def _output_splitter(specs: Sequence[DirectionSpec], return_sequences: bool) -> Callable:
+    """Cuts `_flatten_outputs`' list (or its gradients) per direction."""
+    return _splitter([int(return_sequences) + spec.n_states for spec in specs])
+
+
+def _group_memory(directions: Sequence[Direction], memory: Sequence[tf.Tensor]) -> list:
+    return _splitter([1 + len(d.initial_states) for d in directions])(memory)
+
+
+def _flatten_outputs(sequences, final_states, return_sequences: bool) -> list:
+    flat_out = []
+    for seq, states in zip(sequences, final_states):
+        flat_out.extend(([seq] if return_sequences else []) + list(states))
+    return flat_out
+
+
+def _unflatten_outputs(flat_out, directions: Sequence[Direction], return_sequences: bool) -> List[DirectionResult]:
+    """Splits the flat outputs per direction and restores their static shapes
+    (a compiled loop traced for several shapes only knows relaxed ones)."""
+    results, pos = [], 0
+    for d in directions:
+        state_shape = d.initial_states[0].shape
+        seq = None
+        if return_sequences:
+            seq, pos = flat_out[pos], pos + 1
+            seq = _with_static_shape(seq, d.inputs.shape[:2].concatenate(state_shape[-1:]))
+        n = len(d.initial_states)
+        states = [_with_static_shape(s, i.shape) for s, i in zip(flat_out[pos : pos + n], d.initial_states)]
+        results.append(DirectionResult(seq, states))
+        pos += n
+    return results
+
+
+def _split_output_grads(directions: Sequence[Direction], return_sequences: bool, d_flat_out) -> list:
+    """The output gradients per direction, `(d_sequence or None, d_finals)`,
+    a missing final state's gradient as zeros."""
+    per_direction, pos = [], 0
+    for d in directions:
+        d_seq = None
+        if return_sequences:
+            d_seq, pos = d_flat_out[pos], pos + 1
+        n = len(d.initial_states)
+        d_final = [
+            tf.zeros_like(s) if g is None else g for g, s in zip(d_flat_out[pos : pos + n], d.initial_states)
+        ]
+        pos += n
+        per_direction.append((d_seq, d_final))
+    return per_direction
+
+
+def _with_static_shape(tensor: tf.Tensor, shape) -> tf.Tensor:
+    """`tensor` with what is statically known of its shape merged in (no op:
+    `tf.ensure_shape` has no forward-mode derivative in graphs)."""
+    if not tf.executing_eagerly():  # an eager tensor knows its whole shape
+        tensor.set_shape(shape)
+    return tensor

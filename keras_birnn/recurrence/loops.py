@@ -1,0 +1,215 @@
+"""The forward and backward (BPTT) loops over time, for one or several
+directions advancing in the same iteration.
+
+Each step projects its own input (`x_t W + b`) inside the loop rather than
+projecting the whole sequence up front: with the per-step reads of
+`_time_loop`, hoisting the projection was no faster under XLA, and slower
+without them (benchmarks/README.md).
+
+The forward loop can keep, per step, the incoming states and what the
+cell's step maths save (the gates' pre-activations, or an LSTM's
+activations, so the backward step needs no matmul to rebuild them). The
+backward loop walks every direction back over its own time order (the
+forward direction from the last step to the first, the backward one from
+the first to the last) and records each step's gate gradients, from which
+`gradients._bulk_gradients` sums the weights' gradients.
+"""
+
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from keras_birnn.cells.base import RecurrentCell
+from keras_birnn.recurrence.layout import Direction, LoopKey, _flatten_outputs, _split_output_grads, _unflatten
+from keras_birnn.recurrence.switches import _in_xla
+from keras_birnn.recurrence.timeloop import (
+    Reads,
+    _Span,
+    _array,
+    _at,
+    _backward_time_index,
+    _in_time_order,
+    _span,
+    _time_index,
+    _time_loop,
+)
+
+input_projection = RecurrentCell.input_projection
+
+
+def _plain_loop(key: LoopKey, flat: Sequence[tf.Tensor], mask: tf.Tensor) -> list:
+    """The forward loop as plain TensorFlow ops, without custom gradient or
+    XLA: for forward-mode derivatives, which TensorFlow takes op by op."""
+    directions = _unflatten(list(flat), key.specs)
+    sequences, final_states, _ = _forward_loop(directions, mask if key.has_mask else None, key.return_sequences, False)
+    return _flatten_outputs(sequences, final_states, key.return_sequences)
+
+
+def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False, xla_reads=False):
+    """The loop itself. With `keep_for_bptt`, also returns per direction the
+    time-major stacks of what the step maths saved and of the incoming states
+    (what the backward step needs; the projected inputs are not kept).
+    Slices are read in the step with `read_in_step` (the small-step
+    inference loop) and, inside XLA, when keeping for BPTT (`_time_loop`)."""
+    inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
+    steps = tf.shape(inputs_tm[0])[0]
+    mask_tm = None if mask is None else tf.expand_dims(tf.transpose(mask), -1)
+    span = _span(mask, steps)
+    in_step = read_in_step or (keep_for_bptt and (xla_reads or _in_xla()))
+    read = _forward_reads(directions, inputs_tm, mask_tm, span, in_step)
+    body = _forward_body(directions, mask_tm is not None, span)
+
+    outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
+    kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
+    initial = ([list(d.initial_states) for d in directions], outputs, kept)
+    final_states, outputs, kept = _time_loop(span, steps, read, body, initial)
+    sequences = [None] * len(directions)
+    if outputs:
+        sequences = [tf.transpose(_in_time_order(o.stack(), d, span, steps), [1, 0, 2]) for o, d in zip(outputs, directions)]
+    memory = [[a.stack() for a in arrays] for arrays in kept]
+    return sequences, [list(s) for s in final_states], memory
+
+
+def _forward_reads(directions, inputs_tm, mask_tm, span: _Span, in_step: bool) -> Callable[..., Reads]:
+    """`read(i)` for `_time_loop`: per direction its input, then the mask."""
+
+    def read(i):
+        current = []
+        for k, d in enumerate(directions):
+            t = _time_index(d, i, span)
+            current.append((_at(inputs_tm[k], t, span), in_step))
+            if mask_tm is not None:
+                current.append((_at(mask_tm, t, span), in_step))
+        return current
+
+    return read
+
+
+def _forward_body(directions, has_mask: bool, span: _Span) -> Callable:
+    """`body(i, current, state)` for `_time_loop`: one step of every direction."""
+
+    def body(i, current, state):
+        states, outputs, kept = state
+        current = iter(current)
+        new_states, new_outputs, new_kept = [], [], []
+        for k, d in enumerate(directions):
+            t = _time_index(d, i, span)
+            x_t, valid = next(current), next(current) if has_mask else None
+            stepped, emitted, memory = _forward_step(d, x_t, valid, states[k])
+            new_states.append(stepped)
+            if outputs:
+                # Written in iteration order, put in time order after the
+                # loop (`_in_time_order`).
+                new_outputs.append(outputs[k].write(i, emitted))
+            if kept:
+                new_kept.append([a.write(t, m) for a, m in zip(kept[k], memory)])
+        return new_states, new_outputs, new_kept
+
+    return body
+
+
+def _forward_step(d: Direction, x_t: tf.Tensor, valid: Optional[tf.Tensor], states) -> Tuple[list, tf.Tensor, list]:
+    """One direction's step: its new states, its output and what to keep."""
+    projected = input_projection(x_t, d.kernel, d.input_bias)
+    stepped, saved = d.math.forward(projected, states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
+    emitted = stepped[0]
+    if valid is not None:
+        stepped = [tf.where(valid, s, old) for s, old in zip(stepped, states)]
+        emitted = tf.where(valid, emitted, tf.zeros_like(emitted))
+    return stepped, emitted, [saved] + list(states)
+
+
+def _memory_arrays(d: Direction, steps) -> List[tf.TensorArray]:
+    batch = d.initial_states[0].shape[0]
+    saved_shape = [batch, d.math.saved_width(d.recurrent_kernel.shape[0])]
+    saved = tf.TensorArray(d.inputs.dtype, size=steps, element_shape=saved_shape)
+    return [saved] + [_array(s, steps) for s in d.initial_states]
+
+
+def _materialize_saved(d: Direction) -> bool:
+    """Whether the cell asks for its saved memory to be materialised once per
+    backward step (read one iteration ahead) rather than fused into the
+    step's kernels: see `RecurrentCell.step_math`."""
+    return bool(getattr(d.math, "materialize_saved", False))
+
+
+def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False):
+    """Each direction walks back over its own time order; returns per
+    direction the time-major stack of the cell's per-step records (from
+    which the bulk gradients are summed) and the initial states' gradients."""
+    steps = tf.shape(directions[0].inputs)[1]
+    mask_tm = None if mask is None else tf.expand_dims(tf.transpose(mask), -1)
+    span = _span(mask, steps)
+    output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
+    d_seq_tm = [None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads]
+    # Transposed once, before the loop: a transpose inside the step's
+    # matmul made training steps slower (benchmarks/README.md).
+    transposed_kernels = [tf.transpose(d.recurrent_kernel) for d in directions]
+
+    in_xla = xla_reads or _in_xla()
+    read = _backward_reads(directions, memory, d_seq_tm, mask_tm, span, in_xla)
+    body = _backward_body(directions, memory, d_seq_tm, mask_tm is not None, span, transposed_kernels)
+    records = [_record_array(d, steps) for d in directions]
+    d_states, records = _time_loop(span, steps, read, body, ([final for _, final in output_grads], records))
+    return [a.stack() for a in records], d_states
+
+
+def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: bool) -> Callable[..., Reads]:
+    """`read(i)` for `_time_loop`: per direction its kept memory, output
+    gradient and mask, in the step inside XLA except memory the cell wants
+    materialised (`_materialize_saved`)."""
+
+    def read(i):
+        current = []
+        for k, d in enumerate(directions):
+            t = _backward_time_index(d, i, span)
+            saved, *incoming = memory[k]
+            current.append((_at(saved, t, span), in_xla and not _materialize_saved(d)))
+            current.extend((_at(m, t, span), in_xla) for m in incoming)
+            if d_seq_tm[k] is not None:
+                current.append((_at(d_seq_tm[k], t, span), in_xla))
+            if mask_tm is not None:
+                current.append((_at(mask_tm, t, span), in_xla))
+        return current
+
+    return read
+
+
+def _backward_body(directions, memory, d_seq_tm, has_mask: bool, span: _Span, transposed_kernels) -> Callable:
+    """`body(i, current, state)` for `_time_loop`: one BPTT step of every direction."""
+
+    def body(i, current, state):
+        d_states, records = state
+        current = iter(current)
+        new_states, new_records = [], []
+        for k, d in enumerate(directions):
+            t = _backward_time_index(d, i, span)
+            kept = [next(current) for _ in memory[k]]
+            d_seq = None if d_seq_tm[k] is None else next(current)
+            valid = next(current) if has_mask else None
+            record, d_prev = _backward_step(d, transposed_kernels[k], kept, d_seq, valid, d_states[k])
+            new_states.append(d_prev)
+            new_records.append(records[k].write(t, record))
+        return new_states, new_records
+
+    return body
+
+
+def _backward_step(d: Direction, transposed_kernel, kept, d_seq, valid, d_state) -> Tuple[tf.Tensor, list]:
+    """One direction's BPTT step: its record and its incoming states' gradients."""
+    d_new = list(d_state)
+    if d_seq is not None:
+        d_new[0] = d_new[0] + d_seq
+    if valid is not None:
+        d_new = [tf.where(valid, g, tf.zeros_like(g)) for g in d_new]
+    saved, *incoming = kept
+    record, d_prev = d.math.backward(incoming, saved, transposed_kernel, d.state_mask, d_new)
+    if valid is not None:
+        # A masked step passed its state through: so does its gradient.
+        d_prev = [tf.where(valid, g, old) for g, old in zip(d_prev, d_state)]
+    return record, d_prev
+
+
+def _record_array(d: Direction, steps) -> tf.TensorArray:
+    width = d.math.record_width(d.recurrent_kernel.shape[0])
+    return tf.TensorArray(d.inputs.dtype, size=steps, element_shape=[d.inputs.shape[0], width])

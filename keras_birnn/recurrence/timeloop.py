@@ -1,0 +1,154 @@
+"""Time-loop mechanics: which positions a loop visits, in which order, how
+each step's slices are read, and the `tf.while_loop` itself.
+
+Masked steps carry the state unchanged and output zeros, which is exact for
+right padding, left padding and holes alike, in both directions: a backward
+direction simply meets a row's padding before its valid steps. Steps masked
+in every row change nothing, so the loops skip them (`_span`): a batch
+padded beyond its longest row costs no steps for the padding.
+"""
+
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
+
+import tensorflow as tf
+
+from keras_birnn.recurrence.layout import Direction, _with_static_shape
+
+
+class _Span(NamedTuple):
+    """The time positions a loop visits: `first` to `first + count - 1`."""
+
+    first: Any  # the Python int 0 when every position is visited
+    count: Any
+
+
+def _span(mask: Optional[tf.Tensor], steps) -> _Span:
+    """Every position without a mask; with one, the positions from the first
+    that some row has valid to the last (at least one). A step masked in
+    every row changes no state and outputs zeros, so skipping it is exact:
+    a batch padded beyond its longest row, or to a time bucket
+    (`bucketing`), costs no steps for the padding."""
+    if mask is None:
+        return _Span(0, steps)
+    positions = tf.range(steps)
+    any_valid = tf.reduce_any(mask, axis=0)
+    first = tf.reduce_min(tf.where(any_valid, positions, steps))
+    last = tf.reduce_max(tf.where(any_valid, positions, -1))
+    # No valid step at all: one masked step, so that every loop writes
+    # something (a plain TensorArray with nothing written cannot be stacked).
+    first = tf.where(last < 0, 0, first)
+    return _Span(first, tf.maximum(last + 1 - first, 1))
+
+
+def _visits_all(span: _Span) -> bool:
+    return isinstance(span.first, int) and span.first == 0
+
+
+def _time_index(direction: Direction, i, span: _Span):
+    """The input position a direction reads at forward iteration `i`."""
+    offset = span.count - 1 - i if direction.reverse else i
+    return offset if _visits_all(span) else span.first + offset
+
+
+def _backward_time_index(direction: Direction, i, span: _Span):
+    """The input position BPTT visits at iteration `i`: the forward order reversed."""
+    return _time_index(direction, span.count - 1 - i, span)
+
+
+def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
+    """Position `t` of a time-major sequence. When `t` depends on the mask
+    (`_span`), a gather: XLA would take the strided slice read before the
+    loop as needing a constant, turn the mask into one and compile the loop
+    again for every new mask."""
+    return sequence_tm[t] if _visits_all(span) else tf.gather(sequence_tm, t)
+
+
+def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, steps) -> tf.Tensor:
+    """The outputs the forward loop wrote at its iterations `i` (`stacked_tm`,
+    time-major), each moved to its input position (`_time_index`), zeros at
+    the positions the loop skipped (`_span`).
+
+    The loop writes its outputs at the iteration, not at the position:
+    converters that turn the loop into an ONNX `Loop` (tf2onnx) make every
+    TensorArray write a scan output, stacked in iteration order whatever
+    the index written at, and only as long as the loop ran. Written at the
+    position, a backward direction's outputs came out reversed in time, and
+    a batch padded beyond its longest row came out that much shorter.
+    Exact in TensorFlow: a reverse, or a gather and a select."""
+    if _visits_all(span):
+        return tf.reverse(stacked_tm, [0]) if direction.reverse else stacked_tm
+    positions = tf.range(steps)
+    iteration = span.first + span.count - 1 - positions if direction.reverse else positions - span.first
+    visited = (iteration >= 0) & (iteration < span.count)
+    # Clipped into the iterations run: a converted loop's stack has only those.
+    gathered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
+    return tf.where(tf.reshape(visited, [-1, 1, 1]), gathered, tf.zeros_like(gathered))
+
+
+def _visited(sequence_tm: tf.Tensor, span: _Span) -> tf.Tensor:
+    """The time-major sequence at the positions the loops visited."""
+    if _visits_all(span):
+        return sequence_tm
+    visited = tf.slice(sequence_tm, tf.stack([span.first, 0, 0]), tf.stack([span.count, -1, -1]))
+    return _with_static_shape(visited, [None] + sequence_tm.shape[1:].as_list())
+
+
+def _padded_to_all(sequence_tm: tf.Tensor, span: _Span, steps) -> tf.Tensor:
+    """`_visited`'s inverse: zeros at the positions the loops skipped."""
+    if _visits_all(span):
+        return sequence_tm
+    return tf.pad(sequence_tm, [[span.first, steps - span.first - span.count], [0, 0], [0, 0]])
+
+
+def _array(like: tf.Tensor, steps) -> tf.TensorArray:
+    return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
+
+
+Reads = List[Tuple[tf.Tensor, bool]]
+
+
+def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable, state):
+    """`tf.while_loop` over `i` in `[0, span.count)`; `body(i, current, state)`
+    gets `current`, the step's slices. `read(i)` returns them as
+    `(slice, in_step)` pairs: each is sliced inside the step or read one
+    iteration ahead into a loop-carried tensor (`in_step` must not depend
+    on `i`).
+
+    In the step, XLA fuses each slice into the kernels that use it, and
+    the loop carries nothing extra; read ahead, XLA materialises each slice
+    with a copy and copies it again as a loop-carried value. Which is faster
+    depends on the loop (benchmarks/README.md has the measurements): training
+    loops compiled by XLA slice in the step, except kept memory a cell asks
+    to have materialised (`_materialize_saved`: kernels fused with that
+    slice were not vectorised). So do one-direction inference loops with
+    small steps, which then have few enough kernels for XLA to run them in
+    order on one thread (`_INLINE_STEP_LIMIT`). Other inference loops read
+    ahead (in the step they were slower at large shapes), and so do loops
+    not compiled by XLA.
+
+    `maximum_iterations` is the sequence's length `steps`, never the
+    span's count: XLA needs it as a constant, and one computed from the
+    mask would make XLA compile the loop again for every new mask.
+    """
+    first = read(0)
+    flags = [now for _, now in first]
+
+    def ahead(pairs):
+        return [s for s, now in pairs if not now]
+
+    def current(i, carried):
+        if not any(flags):
+            return carried
+        carried = iter(carried)
+        return [s if now else next(carried) for s, now in read(i)]
+
+    def cond(i, *_):
+        return i < span.count
+
+    def loop_body(i, carried, state):
+        state = body(i, current(i, carried), state)
+        carried = ahead(read(tf.minimum(i + 1, span.count - 1))) if not all(flags) else []
+        return i + 1, carried, state
+
+    _, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), ahead(first), state), maximum_iterations=steps)
+    return state
