@@ -106,3 +106,19 @@ def reverse_within_lengths(sequences, lengths) -> tf.Tensor:
     lengths = tf.cast(lengths, tf.int64)
     lengths = tf.clip_by_value(lengths, 0, tf.shape(sequences, out_type=tf.int64)[1])
     return tf.reverse_sequence(sequences, lengths, seq_axis=1, batch_axis=0)
+
+
+def check_sequence_input(inputs, layer_name: str) -> tf.Tensor:
+    """Inputs must be float `[batch, time, features]`."""
+    inputs = tf.convert_to_tensor(inputs)
+    if inputs.shape.rank != 3:
+        raise ValueError(
+            f"Layer {layer_name!r} expects inputs of rank 3 [batch, time, features], "
+            f"received shape {inputs.shape}."
+        )
+    if not inputs.dtype.is_floating:
+        raise TypeError(
+            f"Layer {layer_name!r} expects float inputs, received dtype {inputs.dtype.name}. "
+            "Embed integer tokens first (e.g. keras.layers.Embedding)."
+        )
+    return inputs

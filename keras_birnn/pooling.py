@@ -15,7 +15,8 @@ import tensorflow as tf
 from keras import initializers
 
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.masking import dense_mask, dense_sequence_and_mask
+from keras_birnn.cells.base import check_units
+from keras_birnn.masking import check_sequence_input, dense_mask, dense_sequence_and_mask
 
 
 def _is_sequence_list(inputs) -> bool:
@@ -54,18 +55,13 @@ def _sequence_and_mask(inputs, mask, layer_name):
                 f"them (the merge_mode=None pair), received shapes {[p.shape for p in parts]}."
             )
         sequence = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
+        if not sequence.dtype.is_floating:
+            raise TypeError(f"Layer {layer_name!r} expects float inputs, received dtype {sequence.dtype.name}.")
     else:
         if isinstance(inputs, tf.RaggedTensor):
             inputs, lengths_mask = dense_sequence_and_mask(inputs, None)
             mask = [lengths_mask] + (list(mask) if isinstance(mask, (list, tuple)) else [mask])
-        sequence = tf.convert_to_tensor(inputs)
-        if sequence.shape.rank != 3:
-            raise ValueError(
-                f"Layer {layer_name!r} expects inputs of rank 3 [batch, time, features], "
-                f"received shape {sequence.shape}."
-            )
-    if not sequence.dtype.is_floating:
-        raise TypeError(f"Layer {layer_name!r} expects float inputs, received dtype {sequence.dtype.name}.")
+        sequence = check_sequence_input(inputs, layer_name)
     mask = _combined_mask(mask)
     if mask is not None and not mask.shape.is_compatible_with(sequence.shape[:2]):
         raise ValueError(
@@ -182,9 +178,7 @@ class AttentionPooling(_SequencePooling):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
-            raise ValueError(f"`units` must be a positive integer, received {units!r}.")
-        self.units = units
+        self.units = check_units(units)
         self.return_weights = bool(return_weights)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = initializers.get(kernel_initializer)

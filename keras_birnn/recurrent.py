@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.masking import dense_sequence_and_mask, ragged_mask, validate_mask, zero_padding
+from keras_birnn.masking import check_sequence_input, dense_sequence_and_mask, ragged_mask, validate_mask, zero_padding
 
 InitialState = Union[str, float]
 
@@ -23,22 +23,6 @@ def parse_initial_state(initial_state: Any) -> InitialState:
         '`initial_state` must be "zeros", "learned" or a float constant, '
         f"received {initial_state!r}."
     )
-
-
-def check_sequence_input(inputs, layer_name: str) -> tf.Tensor:
-    """Inputs must be float `[batch, time, features]`."""
-    inputs = tf.convert_to_tensor(inputs)
-    if inputs.shape.rank != 3:
-        raise ValueError(
-            f"Layer {layer_name!r} expects inputs of rank 3 [batch, time, features], "
-            f"received shape {inputs.shape}."
-        )
-    if not inputs.dtype.is_floating:
-        raise TypeError(
-            f"Layer {layer_name!r} expects float inputs, received dtype {inputs.dtype.name}. "
-            "Embed integer tokens first (e.g. keras.layers.Embedding)."
-        )
-    return inputs
 
 
 def sequence_input(inputs, mask, layer_name: str) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:

@@ -15,6 +15,7 @@ import tensorflow as tf
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
+from keras_birnn.cells.base import check_rate, check_units
 from keras_birnn.masking import ragged_mask, zero_padding
 from keras_birnn.recurrent import sequence_input
 
@@ -23,24 +24,19 @@ STACK_MERGE_MODES = ("concat", "sum", "mul", "ave")
 
 
 def _check_units(units) -> List[int]:
+    """One positive int per layer (a single int: one layer)."""
     if isinstance(units, int) and not isinstance(units, bool):
         units = (units,)
     try:
         units = list(units)
     except TypeError:
         units = None
-    if not units or any(isinstance(u, bool) or not isinstance(u, int) or u <= 0 for u in units):
+    if not units:
         raise ValueError(
             "`units` must be a positive integer or a non-empty sequence of them (one per "
             f"layer), received {units!r}."
         )
-    return units
-
-
-def _check_rate(name, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a float in [0, 1), received {value!r}.")
-    return float(value)
+    return [check_units(u) for u in units]
 
 
 def _template_cell(cell, units: int, cell_kwargs: dict) -> RecurrentCell:
@@ -185,8 +181,8 @@ class StackedBidirectional(keras.layers.Layer):
                 "put a kb.Bidirectional with that merge on top of the stack instead)."
             )
         self.merge_mode = merge_mode
-        self.dropout = _check_rate("dropout", dropout)
-        self.recurrent_dropout = _check_rate("recurrent_dropout", recurrent_dropout)
+        self.dropout = check_rate("dropout", dropout)
+        self.recurrent_dropout = check_rate("recurrent_dropout", recurrent_dropout)
         if isinstance(residual, (list, tuple)):
             if len(residual) != len(self.units) or not all(isinstance(r, bool) for r in residual):
                 raise ValueError(

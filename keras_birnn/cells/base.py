@@ -15,7 +15,8 @@ from keras import activations, constraints, initializers, regularizers
 from keras_birnn.functions import serialize_activation
 
 
-def _check_rate(name: str, value: Any) -> float:
+def check_rate(name: str, value: Any) -> float:
+    """A dropout rate: a float in [0, 1) (TypeError for another type, ValueError out of range)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"`{name}` must be a float in [0, 1), received {value!r}.")
     if not 0.0 <= value < 1.0:
@@ -34,6 +35,7 @@ def derived_seed(seed: Optional[int], salt: int) -> Optional[int]:
 
 
 def check_units(units: Any) -> int:
+    """A layer's `units`: a positive int."""
     if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
         raise ValueError(f"`units` must be a positive integer, received {units!r}.")
     return units
@@ -165,8 +167,8 @@ class RecurrentCell(keras.layers.Layer):
         self.kernel_constraint = constraints.get(kernel_constraint)
         self.recurrent_constraint = constraints.get(recurrent_constraint)
         self.bias_constraint = constraints.get(bias_constraint)
-        self.dropout = _check_rate("dropout", dropout)
-        self.recurrent_dropout = _check_rate("recurrent_dropout", recurrent_dropout)
+        self.dropout = check_rate("dropout", dropout)
+        self.recurrent_dropout = check_rate("recurrent_dropout", recurrent_dropout)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.input_dim = None
