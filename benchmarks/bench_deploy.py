@@ -266,18 +266,9 @@ def open_litert(path: str, with_lengths: bool) -> Opener:
 
 def litert_ops(path: str) -> List[str]:
     """Op names of every subgraph (loop bodies included); Flex and custom ops by their custom name."""
-    from ai_edge_litert import schema_py_generated as schema
+    from keras_birnn.litert import flatbuffer_ops
 
-    with open(path, "rb") as f:
-        model = schema.ModelT.InitFromPackedBuf(f.read(), 0)
-    names = {code: name for name, code in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
-    ops = set()
-    for subgraph in model.subgraphs:
-        for op in subgraph.operators:
-            code = model.operatorCodes[op.opcodeIndex]
-            custom = code.builtinCode == schema.BuiltinOperator.CUSTOM
-            ops.add(code.customCode.decode() if custom else names[code.builtinCode])
-    return sorted(ops)
+    return sorted(op.split(":", 1)[-1] for op in flatbuffer_ops(path))
 
 
 def convert_keras_tflite(model: keras.Model, path: str, batch: Optional[int], flex: bool) -> Tuple[Opener, int, list]:

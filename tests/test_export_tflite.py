@@ -8,6 +8,7 @@ import tensorflow as tf
 import keras
 
 import keras_birnn as kb
+from keras_birnn.litert import flatbuffer_ops
 from export_cases import CELLS, F, U, assert_outputs_match, boundary_states, heads_and_stacks, merge_modes, randomize
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
@@ -25,26 +26,9 @@ def _lengths(T):
     return np.array([T, 2, 0], np.int32)
 
 
-def _ops(path) -> set:
-    """Op names in every subgraph of the flatbuffer (loop bodies and
-    branches included), custom ops by their custom name."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    with open(path, "rb") as f:
-        model = schema.ModelT.InitFromPackedBuf(f.read(), 0)
-    names = {code: name for name, code in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
-    ops = set()
-    for subgraph in model.subgraphs:
-        for op in subgraph.operators:
-            code = model.operatorCodes[op.opcodeIndex]
-            custom = code.builtinCode == schema.BuiltinOperator.CUSTOM
-            ops.add("CUSTOM:" + code.customCode.decode() if custom else names[code.builtinCode])
-    return ops
-
-
 def _convert(model, tmp_path, name, **kwargs):
     path = kb.export_tflite(model, str(tmp_path / f"{name}.tflite"), batch_size=B, **kwargs)
-    ops = _ops(path)
+    ops = flatbuffer_ops(path)
     assert "WHILE" in ops and not any("FLEX" in op.upper() or "CUSTOM" in op.upper() for op in ops), ops
     return litert.Interpreter(model_path=path)
 
@@ -281,5 +265,5 @@ def test_the_loop_multiplies_with_fully_connected(tmp_path):
     FULLY_CONNECTED, not a BATCH_MATMUL per step."""
     inp = keras.Input((None, F))
     model = randomize(keras.Model(inp, kb.Bidirectional(kb.LSTMCell(U), return_sequences=True)(inp)))
-    ops = _ops(kb.export_tflite(model, str(tmp_path / "fc.tflite"), batch_size=B))
+    ops = flatbuffer_ops(kb.export_tflite(model, str(tmp_path / "fc.tflite"), batch_size=B))
     assert "FULLY_CONNECTED" in ops and "BATCH_MATMUL" not in ops, ops
