@@ -690,14 +690,13 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         print(f"\nExported the {best['variant']} tagger to {export_path} (string tokens in, tags out):")
         for toks, row in zip(example, out):
             print("  " + " ".join(f"{t}/{g.decode()}" for t, g in zip(toks, row) if t))
-        litert_path = export_tagger_litert(models[best["variant"]], encoder, tags,
-                                           os.path.join(args.out, "pos_tagger_litert"))
-        with open(os.path.join(os.path.dirname(litert_path), "ids.json"), encoding="utf-8") as f:
-            ids = json.load(f)
-        print(f"and to {litert_path} for LiteRT (builtin ops only; ids in, see ids.json beside it):")
-        for toks in example:
-            probs = litert_probabilities(litert_path, *device_ids([toks], ids))[0]
-            print("  " + " ".join(f"{t}/{tags[k]}" for t, k in zip(toks, probs.argmax(-1))))
+        if args.layers == "kb":
+            litert_path = _export_and_try_litert(models[best["variant"]], encoder, tags, args.out, example)
+        else:
+            # Keras's GRU over the reshaped words has a batch (the number
+            # of words) known only at run time: its loop's TensorLists
+            # need Flex ops, which kb.export_tflite refuses.
+            print("No LiteRT export for Keras's layers: their character encoder needs Flex ops.")
     total = time.perf_counter() - start
     print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
     if args.report_json:
@@ -705,6 +704,18 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     return {"rows": rows, "models": models, "encoder": encoder, "tags": tags, "best": best["variant"],
             "export_path": export_path, "litert_path": litert_path, "dev": dev, "dev_set": dev_set,
             "seconds": total}
+
+
+def _export_and_try_litert(model, encoder: TokenEncoder, tags: Sequence[str], out: str, example) -> str:
+    """Writes the LiteRT tagger and prints its tags for `example`."""
+    litert_path = export_tagger_litert(model, encoder, tags, os.path.join(out, "pos_tagger_litert"))
+    with open(os.path.join(os.path.dirname(litert_path), "ids.json"), encoding="utf-8") as f:
+        ids = json.load(f)
+    print(f"and to {litert_path} for LiteRT (builtin ops only; ids in, see ids.json beside it):")
+    for toks in example:
+        probs = litert_probabilities(litert_path, *device_ids([toks], ids))[0]
+        print("  " + " ".join(f"{t}/{tags[k]}" for t, k in zip(toks, probs.argmax(-1))))
+    return litert_path
 
 
 def write_report(path: str, args, rows, dev_sentences: int, export_path, total: float) -> None:
