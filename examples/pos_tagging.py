@@ -528,14 +528,18 @@ def device_ids(sentences: Sequence[Sequence[str]], ids: dict) -> Tuple[np.ndarra
     return words, chars
 
 
-def litert_probabilities(path: str, words: np.ndarray, chars: np.ndarray) -> np.ndarray:
-    """Runs the `.tflite` tagger on a batch of its own batch size (the
-    interpreter of `ai-edge-litert`, else TensorFlow's)."""
+def litert_interpreter(path: str):
+    """The `.tflite` tagger in the interpreter of `ai-edge-litert`, else
+    TensorFlow's; load it once, call `litert_probabilities` per batch."""
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
         Interpreter = tf.lite.Interpreter
-    interpreter = Interpreter(model_path=path)
+    return Interpreter(model_path=path)
+
+
+def litert_probabilities(interpreter, words: np.ndarray, chars: np.ndarray) -> np.ndarray:
+    """Runs the LiteRT tagger on a batch of its own batch size."""
     index = {d["name"]: d["index"] for d in interpreter.get_input_details()}
     interpreter.resize_tensor_input(index["words"], words.shape)
     interpreter.resize_tensor_input(index["chars"], chars.shape)
@@ -712,8 +716,9 @@ def _export_and_try_litert(model, encoder: TokenEncoder, tags: Sequence[str], ou
     with open(os.path.join(os.path.dirname(litert_path), "ids.json"), encoding="utf-8") as f:
         ids = json.load(f)
     print(f"and to {litert_path} for LiteRT (builtin ops only; ids in, see ids.json beside it):")
+    interpreter = litert_interpreter(litert_path)
     for toks in example:
-        probs = litert_probabilities(litert_path, *device_ids([toks], ids))[0]
+        probs = litert_probabilities(interpreter, *device_ids([toks], ids))[0]
         print("  " + " ".join(f"{t}/{tags[k]}" for t, k in zip(toks, probs.argmax(-1))))
     return litert_path
 

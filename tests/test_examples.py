@@ -171,6 +171,7 @@ def test_pos_tagger_litert_takes_device_ids_and_equals_keras(pos_run):
     sentences = [tokens for tokens, _, _ in result["dev"][:4]]
     sentences.append(["Zyxwvut", "qwertyuiopasdfghjklzxc", "\u00e9t\u00e9", "!"])  # OOV words and characters
     model = result["models"][result["best"]]
+    interpreter = pos.litert_interpreter(path)
     for tokens in sentences:
         words, chars = pos.device_ids([tokens], ids)
         expected_words, expected_chars = result["encoder"]([tokens])
@@ -179,7 +180,7 @@ def test_pos_tagger_litert_takes_device_ids_and_equals_keras(pos_run):
         for shift in (0, 3):  # right padding only, then three padding words in front
             w = np.pad(words, [(0, 0), (shift, 1)])
             c = np.pad(chars, [(0, 0), (shift, 1), (0, 0)])
-            got = pos.litert_probabilities(path, w, c)
+            got = pos.litert_probabilities(interpreter, w, c)
             keras_probs = np.asarray(model((w, c), training=False))
             valid = w != 0
             np.testing.assert_allclose(got[valid], keras_probs[valid], atol=1e-5, rtol=1e-5)
