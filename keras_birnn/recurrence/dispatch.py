@@ -88,12 +88,24 @@ def _compiles_per_length(directions: Sequence[Direction]) -> bool:
 
 
 def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
+    flat = _flatten(directions)
+    path = _path(directions, flat, counter)
+    if path == "higher-order" and directions[0].inputs.shape[1] is None and _EmptyCase.enabled:
+        # The zero-length `tf.cond` below cannot hold a custom gradient that
+        # a persistent or nested tape records ("Could not find external
+        # tensor capture"): a zero-length sequence gets one masked step
+        # instead (exact: a masked step reads nothing), and no cond.
+        directions, mask, steps = bucketing.pad_time(directions, mask, at_least_one=True)
+        flat = _flatten(directions)
+        results = _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case=False)
+        return bucketing.crop_time(results, steps)
+    return _run_path(path, directions, flat, mask, return_sequences, bptt, counter, _EmptyCase.enabled)
+
+
+def _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case) -> List[DirectionResult]:
     key = _loop_key(directions, mask is not None, return_sequences, bptt)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
     split = len(directions) > 1 and _runs_concurrently()
-
-    flat = _flatten(directions)
-    path = _path(directions, flat, counter)
     if counter is not None:
         counter.note_path(path)
     runner = _runner(path, key, split, directions, counter)
@@ -112,7 +124,7 @@ def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionRes
     # then sees the weights as constants in the loop body and multiplies
     # with FULLY_CONNECTED instead of BATCH_MATMUL.
     steps = directions[0].inputs.shape[1]
-    if steps is None and not _EmptyCase.enabled:
+    if steps is None and not empty_case:
         flat_out = loop()
     elif steps is None:
         flat_out = tf.cond(tf.shape(directions[0].inputs)[1] > 0, loop, no_steps)
