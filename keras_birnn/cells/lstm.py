@@ -6,8 +6,9 @@ import tensorflow as tf
 from keras import activations, initializers
 
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.cells.base import RecurrentCell, records_are_input_gradient, summed_kernel_gradient
+from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.cells.derivatives import activation_name, derivative
+from keras_birnn.cells.step_math import records_are_input_gradient, summed_kernel_gradient
 
 
 class LSTMMath(NamedTuple):
