@@ -73,7 +73,10 @@ class RecurrentCell(keras.layers.Layer):
     """Base class of the cells: `gate_count` blocks of `units` columns.
 
     Subclasses set `gate_count`, `state_count` and implement `step_math`
-    (and `bias_shape` when the bias is not `[gates*units]`).
+    (and `bias_shape` when the bias is not `[gates*units]`); they add their
+    own constructor arguments to `_arguments_config` (objects also to
+    `object_arguments`), from which `get_config` and `clone_config` both
+    derive.
 
     Args:
         units: Positive integer, size of the state.
@@ -109,7 +112,6 @@ class RecurrentCell(keras.layers.Layer):
         "recurrent_constraint",
         "bias_constraint",
     )
-    _clone_salt = None  # set while `clone_config` runs
 
     def __init__(
         self,
@@ -293,16 +295,26 @@ class RecurrentCell(keras.layers.Layer):
         all. Initializers are remade, so that the copy starts from weights
         of its own; a non-zero `salt` derives the copy's seeds (dropout,
         seeded initializers) from this cell's (`derived_seed`)."""
-        self._clone_salt = salt
-        try:
-            config = self.get_config()
-        finally:
-            self._clone_salt = None
+        config = self._arguments_config()
+        for name in self.object_arguments:
+            config[name] = _copy_argument(name, config[name], salt)
         if salt:
             config["seed"] = derived_seed(config["seed"], salt)
         return config
 
     def get_config(self) -> dict:
+        config = self._arguments_config()
+        for name in self.object_arguments:
+            config[name] = _serialize_argument(name, config[name])
+        return config
+
+    def _arguments_config(self) -> dict:
+        """The constructor's arguments, the `object_arguments` as the objects
+        themselves: what `get_config` (which serialises them) and
+        `clone_config` (which copies them) both start from. A subclass adds
+        its own arguments here. (`get_config` itself cannot be the start:
+        an object without a saved form makes it fail, and a copy in this
+        process needs none.)"""
         config = super().get_config()
         config.update(
             {
@@ -313,10 +325,5 @@ class RecurrentCell(keras.layers.Layer):
                 "seed": self.seed,
             }
         )
-        for name in self.object_arguments:
-            value = getattr(self, name)
-            if self._clone_salt is None:
-                config[name] = _serialize_argument(name, value)
-            else:
-                config[name] = _copy_argument(name, value, self._clone_salt)
+        config.update({name: getattr(self, name) for name in self.object_arguments})
         return config

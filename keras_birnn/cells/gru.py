@@ -166,7 +166,7 @@ class GRUCell(RecurrentCell):
     def step_math(self) -> GRUMath:
         return GRUMath(self.activation, self.recurrent_activation, self.reset_after)
 
-    def get_config(self) -> dict:
-        config = super().get_config()
+    def _arguments_config(self) -> dict:
+        config = super()._arguments_config()
         config.update({"reset_after": self.reset_after})
         return config

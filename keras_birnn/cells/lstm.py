@@ -152,7 +152,7 @@ class LSTMCell(RecurrentCell):
     def step_math(self) -> LSTMMath:
         return LSTMMath(self.activation, self.recurrent_activation)
 
-    def get_config(self) -> dict:
-        config = super().get_config()
+    def _arguments_config(self) -> dict:
+        config = super()._arguments_config()
         config.update({"unit_forget_bias": self.unit_forget_bias})
         return config
