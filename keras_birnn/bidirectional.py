@@ -15,6 +15,7 @@ from keras_birnn.recurrent import (
     Recurrent,
     keras_equivalent,
     parse_initial_state,
+    refuse_config,
     sequence_input,
     zero_empty_rows,
 )
@@ -112,15 +113,15 @@ def _check_merge(merge_mode, projection_units) -> None:
 
 
 def _as_recurrent(layer, reverse: bool, initial_state, role: str, dtype=None) -> Recurrent:
-    if isinstance(layer, dict):
-        layer = keras.saving.deserialize_keras_object(layer)
+    argument = "layer" if role == "forward" else "backward_layer"
+    refuse_config(layer, argument, "kb.Bidirectional")
     if isinstance(layer, RecurrentCell):
         return Recurrent(
             layer, reverse=reverse, initial_state=initial_state, name=f"{role}_{layer.name}", dtype=dtype
         )
     if not isinstance(layer, Recurrent):
         raise TypeError(
-            f"`{'layer' if role == 'forward' else 'backward_layer'}` must be a keras_birnn cell "
+            f"`{argument}` must be a keras_birnn cell "
             f"(e.g. kb.GRUCell(64)) or a kb.Recurrent, received {layer!r}.{keras_equivalent(layer)}"
         )
     if layer.reverse != reverse:
@@ -330,3 +331,12 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Bidirectional":
+        config = dict(config)
+        for name in ("layer", "backward_layer"):
+            if config.get(name) is not None:
+                config[name] = keras.saving.deserialize_keras_object(config[name])
+        # Keras's own from_config: the dtype policy, and errors named after the class.
+        return super().from_config(config)

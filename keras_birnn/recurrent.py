@@ -35,9 +35,20 @@ def sequence_input(inputs, mask, layer_name: str) -> Tuple[tf.Tensor, Optional[t
     return inputs, validate_mask(mask, inputs)
 
 
-def deserialize_cell(cell: Any) -> RecurrentCell:
-    if isinstance(cell, dict):
-        cell = keras.saving.deserialize_keras_object(cell)
+def refuse_config(value: Any, argument: str, owner: str) -> None:
+    """A constructor takes objects; a config (a dict) is deserialised by
+    the layer's `from_config`, the one place that loads nested layers."""
+    if isinstance(value, dict):
+        raise TypeError(
+            f"`{argument}` of {owner} must be an object, received a config (a dict): build the layer "
+            f"with {owner}.from_config(config), or deserialize the argument first with "
+            "keras.saving.deserialize_keras_object."
+        )
+
+
+def check_cell(cell: Any) -> RecurrentCell:
+    """`cell` if it is a keras_birnn cell, else a TypeError saying what to pass."""
+    refuse_config(cell, "cell", "kb.Recurrent")
     if not isinstance(cell, RecurrentCell):
         raise TypeError(
             "`cell` must be a keras_birnn cell (kb.SimpleRNNCell, kb.GRUCell, kb.LSTMCell), "
@@ -143,7 +154,7 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
     ):
         _refuse_keras_rnn_arguments(kwargs)
         super().__init__(**kwargs)
-        self.cell = deserialize_cell(cell)
+        self.cell = check_cell(cell)
         self.reverse = bool(reverse)
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
@@ -299,7 +310,7 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
         return config
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict) -> "Recurrent":
         config = dict(config)
         config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
         return cls(**config)
