@@ -1,6 +1,6 @@
 """kb.Bidirectional: two independent recurrences that meet at the output."""
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -233,17 +233,7 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
         inputs, mask = sequence_input(inputs, mask, self.name)
-        forward_init, backward_init = self._split_initial_state(initial_state)
-        forward, backward = recurrence.run(
-            [
-                self.forward.direction(inputs, mask, forward_init, training),
-                self.backward.direction(inputs, mask, backward_init, training),
-            ],
-            mask,
-            self.return_sequences,
-            bptt=training is True,
-            counter=self.shape_counter,
-        )
+        forward, backward = self.run_directions(inputs, mask, initial_state, training)
         # A kb.Recurrent passed in may compute in another dtype: outputs are the wrapper's.
         forward, backward = (_cast_result(r, self.compute_dtype) for r in (forward, backward))
         if self.return_sequences:
@@ -255,6 +245,45 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
             return merged
         outputs = list(merged) if self.merge_mode is None else [merged]
         return outputs + forward.final_states + backward.final_states
+
+    def run_directions(
+        self,
+        inputs: tf.Tensor,
+        mask: Optional[tf.Tensor] = None,
+        initial_state=None,
+        training: Optional[bool] = None,
+        return_sequences: Optional[bool] = None,
+        counted: bool = True,
+    ) -> Tuple[recurrence.DirectionResult, recurrence.DirectionResult]:
+        """Both recurrences over `inputs`, before the merge: one loop run,
+        in which a graph runs the two at the same time.
+
+        Args:
+            inputs: float `[batch, time, features]`, as `call` reads them
+                (`sequence_input`).
+            mask: Optional bool `[batch, time]`.
+            initial_state: Optional list, forward states then backward states.
+            training: Whether dropout is active (and BPTT runs when True).
+            return_sequences: Whether the results hold output sequences
+                (default: the layer's `return_sequences`).
+            counted: Whether the run counts in `loop_report()` (a
+                diagnostic's run does not).
+
+        Returns:
+            The forward and the backward `recurrence.DirectionResult`, each
+            in its direction's compute dtype.
+        """
+        forward_init, backward_init = self._split_initial_state(initial_state)
+        return tuple(recurrence.run(
+            [
+                self.forward.direction(inputs, mask, forward_init, training),
+                self.backward.direction(inputs, mask, backward_init, training),
+            ],
+            mask,
+            self.return_sequences if return_sequences is None else return_sequences,
+            bptt=training is True,
+            counter=self.shape_counter if counted else None,
+        ))
 
     def merge(self, forward, backward, mask=None):
         """The one place where the two directions meet.
