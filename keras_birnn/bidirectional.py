@@ -10,15 +10,8 @@ from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.functions import serialize_activation
-from keras_birnn.masking import ragged_mask
-from keras_birnn.recurrent import (
-    Recurrent,
-    keras_equivalent,
-    parse_initial_state,
-    refuse_config,
-    sequence_input,
-    zero_empty_rows,
-)
+from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows
+from keras_birnn.recurrent import Recurrent, keras_equivalent, parse_initial_state, refuse_config
 
 MERGE_MODES = ("concat", "sum", "mul", "ave", None, "projection")
 

@@ -26,8 +26,7 @@ import tensorflow as tf
 
 from keras_birnn._tf_internal import functional_node_keys, inbound_nodes, keras_mask
 from keras_birnn.bidirectional import Bidirectional
-from keras_birnn.masking import validate_mask
-from keras_birnn.recurrent import sequence_input
+from keras_birnn.masking import sequence_input, validate_mask
 from keras_birnn.stacking import StackedBidirectional
 
 __all__ = [

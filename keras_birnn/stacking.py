@@ -16,8 +16,8 @@ from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.cells.base import check_rate, check_units
-from keras_birnn.masking import ragged_mask, zero_padding
-from keras_birnn.recurrent import refuse_config, sequence_input
+from keras_birnn.masking import ragged_mask, sequence_input, zero_padding
+from keras_birnn.recurrent import refuse_config
 
 CELL_TYPES = {"gru": GRUCell, "lstm": LSTMCell, "simple": SimpleRNNCell}
 STACK_MERGE_MODES = ("concat", "sum", "mul", "ave")
