@@ -324,7 +324,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
 def write_png(bi, x, path: str, init: str) -> Optional[str]:
     inspect = getattr(kb, "inspect", None)
     if inspect is None or not hasattr(inspect, "plot_direction_norms"):
-        print("keras_birnn.inspect.plot_direction_norms is not available: no PNG written.")
+        print("kb.inspect.plot_direction_norms is not available: no PNG written.")
         return None
     try:
         inspect.plot_direction_norms(bi, x, path, title=f"Figure 17-5: per-position norms ({init} weights)")

@@ -19,7 +19,9 @@ from keras_birnn.recurrent import Recurrent
 from keras_birnn.recurrence import fused_directions, xla_disabled
 from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
 from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
-from keras_birnn import inspect  # noqa: E402  (kb.inspect.direction_norms, ...)
+# The diagnostics module keeps its public name kb.inspect (a module file named
+# inspect.py shadowed the standard library for scripts run from the package).
+from keras_birnn import diagnostics as inspect  # noqa: E402  (kb.inspect.direction_norms, ...)
 
 __version__ = "0.1.0"
 

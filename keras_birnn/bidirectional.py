@@ -1,6 +1,6 @@
 """kb.Bidirectional: two independent recurrences that meet at the output."""
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -10,14 +10,8 @@ from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.functions import serialize_activation
-from keras_birnn.masking import ragged_mask
-from keras_birnn.recurrent import (
-    Recurrent,
-    keras_equivalent,
-    parse_initial_state,
-    sequence_input,
-    zero_empty_rows,
-)
+from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows
+from keras_birnn.recurrent import Recurrent, keras_equivalent, parse_initial_state, refuse_config
 
 MERGE_MODES = ("concat", "sum", "mul", "ave", None, "projection")
 
@@ -112,15 +106,15 @@ def _check_merge(merge_mode, projection_units) -> None:
 
 
 def _as_recurrent(layer, reverse: bool, initial_state, role: str, dtype=None) -> Recurrent:
-    if isinstance(layer, dict):
-        layer = keras.saving.deserialize_keras_object(layer)
+    argument = "layer" if role == "forward" else "backward_layer"
+    refuse_config(layer, argument, "kb.Bidirectional")
     if isinstance(layer, RecurrentCell):
         return Recurrent(
             layer, reverse=reverse, initial_state=initial_state, name=f"{role}_{layer.name}", dtype=dtype
         )
     if not isinstance(layer, Recurrent):
         raise TypeError(
-            f"`{'layer' if role == 'forward' else 'backward_layer'}` must be a keras_birnn cell "
+            f"`{argument}` must be a keras_birnn cell "
             f"(e.g. kb.GRUCell(64)) or a kb.Recurrent, received {layer!r}.{keras_equivalent(layer)}"
         )
     if layer.reverse != reverse:
@@ -232,17 +226,7 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
         inputs, mask = sequence_input(inputs, mask, self.name)
-        forward_init, backward_init = self._split_initial_state(initial_state)
-        forward, backward = recurrence.run(
-            [
-                self.forward.direction(inputs, mask, forward_init, training),
-                self.backward.direction(inputs, mask, backward_init, training),
-            ],
-            mask,
-            self.return_sequences,
-            bptt=training is True,
-            counter=self.shape_counter,
-        )
+        forward, backward = self.run_directions(inputs, mask, initial_state, training)
         # A kb.Recurrent passed in may compute in another dtype: outputs are the wrapper's.
         forward, backward = (_cast_result(r, self.compute_dtype) for r in (forward, backward))
         if self.return_sequences:
@@ -254,6 +238,45 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
             return merged
         outputs = list(merged) if self.merge_mode is None else [merged]
         return outputs + forward.final_states + backward.final_states
+
+    def run_directions(
+        self,
+        inputs: tf.Tensor,
+        mask: Optional[tf.Tensor] = None,
+        initial_state=None,
+        training: Optional[bool] = None,
+        return_sequences: Optional[bool] = None,
+        counted: bool = True,
+    ) -> Tuple[recurrence.DirectionResult, recurrence.DirectionResult]:
+        """Both recurrences over `inputs`, before the merge: one loop run,
+        in which a graph runs the two at the same time.
+
+        Args:
+            inputs: float `[batch, time, features]`, as `call` reads them
+                (`sequence_input`).
+            mask: Optional bool `[batch, time]`.
+            initial_state: Optional list, forward states then backward states.
+            training: Whether dropout is active (and BPTT runs when True).
+            return_sequences: Whether the results hold output sequences
+                (default: the layer's `return_sequences`).
+            counted: Whether the run counts in `loop_report()` (a
+                diagnostic's run does not).
+
+        Returns:
+            The forward and the backward `recurrence.DirectionResult`, each
+            in its direction's compute dtype.
+        """
+        forward_init, backward_init = self._split_initial_state(initial_state)
+        return tuple(recurrence.run(
+            [
+                self.forward.direction(inputs, mask, forward_init, training),
+                self.backward.direction(inputs, mask, backward_init, training),
+            ],
+            mask,
+            self.return_sequences if return_sequences is None else return_sequences,
+            bptt=training is True,
+            counter=self.shape_counter if counted else None,
+        ))
 
     def merge(self, forward, backward, mask=None):
         """The one place where the two directions meet.
@@ -330,3 +353,12 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Bidirectional":
+        config = dict(config)
+        for name in ("layer", "backward_layer"):
+            if config.get(name) is not None:
+                config[name] = keras.saving.deserialize_keras_object(config[name])
+        # Keras's own from_config: the dtype policy, and errors named after the class.
+        return super().from_config(config)

@@ -1,6 +1,6 @@
 """Masks and lengths: validation, conversion, and keeping padding inert."""
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import tensorflow as tf
 
@@ -122,3 +122,24 @@ def check_sequence_input(inputs, layer_name: str) -> tf.Tensor:
             "Embed integer tokens first (e.g. keras.layers.Embedding)."
         )
     return inputs
+
+
+def sequence_input(inputs, mask, layer_name: str) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
+    """`(inputs, mask)` as a layer's `call` reads them: a ragged batch
+    padded, its rows' lengths as the mask (`dense_sequence_and_mask`), the
+    inputs checked (`check_sequence_input`), the mask checked against them
+    (`validate_mask`)."""
+    inputs, mask = dense_sequence_and_mask(inputs, mask)
+    inputs = check_sequence_input(inputs, layer_name)
+    return inputs, validate_mask(mask, inputs)
+
+
+def zero_empty_rows(output: tf.Tensor, mask: Optional[tf.Tensor], inputs: tf.Tensor) -> tf.Tensor:
+    """Zeros the sequence-level output of rows that have no valid step
+    (fully masked rows, or every row of a zero-length sequence)."""
+    if mask is None:
+        if inputs.shape[1] is not None and inputs.shape[1] > 0:
+            return output
+        return tf.where(tf.shape(inputs)[1] > 0, output, tf.zeros_like(output))
+    has_steps = tf.reduce_any(mask, axis=1, keepdims=True)
+    return tf.where(has_steps, output, tf.zeros_like(output))

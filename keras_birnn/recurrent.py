@@ -1,6 +1,6 @@
 """kb.Recurrent: one direction of a recurrence, a cell run by the loop."""
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import keras
 import tensorflow as tf
@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.masking import check_sequence_input, dense_sequence_and_mask, ragged_mask, validate_mask, zero_padding
+from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows, zero_padding
 
 InitialState = Union[str, float]
 
@@ -25,19 +25,20 @@ def parse_initial_state(initial_state: Any) -> InitialState:
     )
 
 
-def sequence_input(inputs, mask, layer_name: str) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
-    """`(inputs, mask)` as a layer's `call` reads them: a ragged batch
-    padded, its rows' lengths as the mask (`dense_sequence_and_mask`), the
-    inputs checked (`check_sequence_input`), the mask checked against them
-    (`validate_mask`)."""
-    inputs, mask = dense_sequence_and_mask(inputs, mask)
-    inputs = check_sequence_input(inputs, layer_name)
-    return inputs, validate_mask(mask, inputs)
+def refuse_config(value: Any, argument: str, owner: str) -> None:
+    """A constructor takes objects; a config (a dict) is deserialised by
+    the layer's `from_config`, the one place that loads nested layers."""
+    if isinstance(value, dict):
+        raise TypeError(
+            f"`{argument}` of {owner} must be an object, received a config (a dict): build the layer "
+            f"with {owner}.from_config(config), or deserialize the argument first with "
+            "keras.saving.deserialize_keras_object."
+        )
 
 
-def deserialize_cell(cell: Any) -> RecurrentCell:
-    if isinstance(cell, dict):
-        cell = keras.saving.deserialize_keras_object(cell)
+def check_cell(cell: Any) -> RecurrentCell:
+    """`cell` if it is a keras_birnn cell, else a TypeError saying what to pass."""
+    refuse_config(cell, "cell", "kb.Recurrent")
     if not isinstance(cell, RecurrentCell):
         raise TypeError(
             "`cell` must be a keras_birnn cell (kb.SimpleRNNCell, kb.GRUCell, kb.LSTMCell), "
@@ -143,7 +144,7 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
     ):
         _refuse_keras_rnn_arguments(kwargs)
         super().__init__(**kwargs)
-        self.cell = deserialize_cell(cell)
+        self.cell = check_cell(cell)
         self.reverse = bool(reverse)
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
@@ -299,18 +300,7 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
         return config
 
     @classmethod
-    def from_config(cls, config):
+    def from_config(cls, config: dict) -> "Recurrent":
         config = dict(config)
         config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
         return cls(**config)
-
-
-def zero_empty_rows(output, mask, inputs):
-    """Zeros the sequence-level output of rows that have no valid step
-    (fully masked rows, or every row of a zero-length sequence)."""
-    if mask is None:
-        if inputs.shape[1] is not None and inputs.shape[1] > 0:
-            return output
-        return tf.where(tf.shape(inputs)[1] > 0, output, tf.zeros_like(output))
-    has_steps = tf.reduce_any(mask, axis=1, keepdims=True)
-    return tf.where(has_steps, output, tf.zeros_like(output))

@@ -16,8 +16,8 @@ from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.cells.base import check_rate, check_units
-from keras_birnn.masking import ragged_mask, zero_padding
-from keras_birnn.recurrent import sequence_input
+from keras_birnn.masking import ragged_mask, sequence_input, zero_padding
+from keras_birnn.recurrent import refuse_config
 
 CELL_TYPES = {"gru": GRUCell, "lstm": LSTMCell, "simple": SimpleRNNCell}
 STACK_MERGE_MODES = ("concat", "sum", "mul", "ave")
@@ -40,14 +40,13 @@ def _check_units(units) -> List[int]:
 
 
 def _template_cell(cell, units: int, cell_kwargs: dict) -> RecurrentCell:
-    """The cell every layer copies: a name from CELL_TYPES, a cell, or its config."""
+    """The cell every layer copies: a name from CELL_TYPES or a cell."""
     if isinstance(cell, str):
         key = cell.lower()
         if key not in CELL_TYPES:
             raise ValueError(f"`cell` must be one of {sorted(CELL_TYPES)} or a cell, received {cell!r}.")
         return CELL_TYPES[key](units, **cell_kwargs)
-    if isinstance(cell, dict):
-        cell = keras.saving.deserialize_keras_object(cell)
+    refuse_config(cell, "cell", "kb.StackedBidirectional")
     if not isinstance(cell, RecurrentCell):
         raise TypeError(
             '`cell` must be "gru", "lstm", "simple" or a keras_birnn cell (e.g. '
@@ -161,7 +160,7 @@ class StackedBidirectional(keras.layers.Layer):
 
     def __init__(
         self,
-        cell: Union[str, RecurrentCell, dict] = "gru",
+        cell: Union[str, RecurrentCell] = "gru",
         units: Union[int, Sequence[int]] = (64, 64),
         merge_mode: str = "concat",
         dropout: float = 0.0,
@@ -381,6 +380,13 @@ class StackedBidirectional(keras.layers.Layer):
             }
         )
         return config
+
+    @classmethod
+    def from_config(cls, config: dict) -> "StackedBidirectional":
+        config = dict(config)
+        if isinstance(config.get("cell"), dict):
+            config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
+        return super().from_config(config)
 
 
 def stacked_bidirectional(

@@ -134,6 +134,21 @@ def test_direction_states_in_graph_with_unknown_batch_and_time():
     np.testing.assert_array_equal(mask.numpy(), MASK)
 
 
+def test_direction_states_are_the_call_s_directions_and_not_counted():
+    """`direction_states` runs the layer's own `run_directions`: the
+    layer's unmerged outputs (to float rounding: the call's loop is
+    compiled by its own policy), without counting in its `loop_report()`."""
+    bi, _ = bidirectional("lstm", merge_mode=None, return_sequences=True)
+    x = padded_inputs(seed=3)
+    before = bi.loop_report()
+    forward, backward, _ = kb.inspect.direction_states(bi, x, MASK)
+    assert bi.loop_report() == before
+    call_forward, call_backward = bi(x, mask=MASK)
+    assert bi.loop_report() != before
+    np.testing.assert_allclose(forward.numpy(), call_forward.numpy(), atol=1e-6)
+    np.testing.assert_allclose(backward.numpy(), call_backward.numpy(), atol=1e-6)
+
+
 # --- projection contributions -------------------------------------------------------
 
 

@@ -278,3 +278,39 @@ def test_fit_decreases_the_loss():
     assert losses[-1] < 0.5 * losses[0] and losses[0] < initial
     # predict agrees with a direct call after training.
     assert_all_close(model.predict(tokens, verbose=0), model(tokens), atol=1e-6, rtol=1e-6)
+
+
+
+def _seeded_gru():
+    return kb.GRUCell(U, reset_after=False, seed=5)
+
+
+CONFIG_ARGUMENTS = {
+    # name -> (the layer around an argument, the argument's name, the argument)
+    "recurrent": (kb.Recurrent, "cell", _seeded_gru),
+    "bidirectional": (kb.Bidirectional, "layer", _seeded_gru),
+    "bidirectional_backward": (
+        lambda backward: kb.Bidirectional(kb.GRUCell(U), backward_layer=backward),
+        "backward_layer",
+        lambda: kb.Recurrent(kb.GRUCell(U), reverse=True),
+    ),
+    "stack": (lambda cell: kb.StackedBidirectional(cell, units=(U,)), "cell", _seeded_gru),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIG_ARGUMENTS))
+def test_constructors_take_objects_and_from_config_takes_configs(name):
+    """Nested layers are deserialised in `from_config` only: a constructor
+    handed a config names the argument and says what to do instead, and
+    `from_config` rebuilds the same layer from its config."""
+    make, argument, nested = CONFIG_ARGUMENTS[name]
+    with pytest.raises(TypeError, match=rf"`{argument}` of kb\.\w+ must be an object, received a config"):
+        make(keras.saving.serialize_keras_object(nested()))
+    layer = make(nested())
+    saved = layer.get_config()
+    clone = type(layer).from_config(saved)
+    assert clone.get_config() == saved
+    layer.build((None, None, F))
+    clone.build((None, None, F))
+    clone.set_weights(layer.get_weights())
+    assert_all_close(clone(X, mask=MASK), layer(X, mask=MASK))

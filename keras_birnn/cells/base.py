@@ -2,8 +2,7 @@
 
 A cell is one step of a recurrence and knows nothing of loops or directions.
 A step is the input projection `x_t kernel + input_bias` followed by the
-cell's pure step maths (`step_math()`; its protocol is in
-`RecurrentCell.step_math`).
+cell's pure step maths (`step_math()`, a `cells.step_math.StepMath`).
 """
 
 from typing import Any, Optional, Sequence
@@ -12,6 +11,7 @@ import keras
 import tensorflow as tf
 from keras import activations, constraints, initializers, regularizers
 
+from keras_birnn.cells.step_math import StepMath
 from keras_birnn.functions import serialize_activation
 
 
@@ -39,30 +39,6 @@ def check_units(units: Any) -> int:
     if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
         raise ValueError(f"`units` must be a positive integer, received {units!r}.")
     return units
-
-
-# Helpers for the gradients the loop sums over all steps after BPTT
-# (`step_math`'s `input_gradient`, `kernel_gradient`, the bias sums).
-
-
-def records_are_input_gradient(records):
-    """`input_gradient` of a cell whose per-step records are exactly its
-    gates' pre-activation gradients (LSTM, simple RNN): the records."""
-    return records
-
-
-def summed_kernel_gradient(h_in, records):
-    """`kernel_gradient` of such a cell, which has no recurrent bias:
-    `(h_in^T records, None)` over all steps stacked `[steps * batch, ...]`."""
-    return tf.matmul(h_in, records, transpose_a=True), None
-
-
-def column_sum(x):
-    """`reduce_sum(x, axis=0)` of a `[steps * batch, width]` matrix as a
-    matmul with a row of ones: the same sum, about four times faster on CPU
-    (1.1 against 4.7 ms for 6400 x 1024 floats)."""
-    ones = tf.ones([1, tf.shape(x)[0]], x.dtype)
-    return tf.matmul(ones, x)[0]
 
 
 def _serialize_argument(name: str, value):
@@ -97,7 +73,10 @@ class RecurrentCell(keras.layers.Layer):
     """Base class of the cells: `gate_count` blocks of `units` columns.
 
     Subclasses set `gate_count`, `state_count` and implement `step_math`
-    (and `bias_shape` when the bias is not `[gates*units]`).
+    (and `bias_shape` when the bias is not `[gates*units]`); they add their
+    own constructor arguments to `_arguments_config` (objects also to
+    `object_arguments`), from which `get_config` and `clone_config` both
+    derive.
 
     Args:
         units: Positive integer, size of the state.
@@ -133,7 +112,6 @@ class RecurrentCell(keras.layers.Layer):
         "recurrent_constraint",
         "bias_constraint",
     )
-    _clone_salt = None  # set while `clone_config` runs
 
     def __init__(
         self,
@@ -247,24 +225,9 @@ class RecurrentCell(keras.layers.Layer):
         projected = tf.matmul(inputs, kernel)
         return projected if input_bias is None else projected + input_bias
 
-    def step_math(self):
-        """The cell's pure step maths, an object with:
-
-        - `forward(projected, states, recurrent_kernel, recurrent_bias,
-          state_mask) -> (new_states, saved)`; `saved` is `[B, saved_width(units)]`.
-        - `backward(states, saved, transposed_kernel, state_mask, d_new)
-          -> (record, d_states)`, one BPTT step; `transposed_kernel` is
-          the recurrent kernel transposed, `[gates * units, units]`;
-          `record` is `[B, record_width(units)]`.
-        - `input_gradient(records)`: the projected input's gradient from
-          records of all steps stacked `[N, record_width]`.
-        - `kernel_gradient(h_in, records) -> (d_recurrent_kernel,
-          d_recurrent_bias or None)`, summed over the same N rows.
-        - Optionally `materialize_saved` (default False): True asks the
-          training loop compiled by XLA to materialise each step's `saved`
-          before `backward` reads it, instead of fusing its slice into
-          `backward`'s kernels (see `LSTMMath`).
-        """
+    def step_math(self) -> StepMath:
+        """The cell's pure step maths, which the loop runs forward and
+        backward over time (the contract: `cells.step_math.StepMath`)."""
         raise NotImplementedError
 
     def recurrent_step(self, projected, states, recurrent_kernel, recurrent_bias, state_mask=None):
@@ -332,16 +295,26 @@ class RecurrentCell(keras.layers.Layer):
         all. Initializers are remade, so that the copy starts from weights
         of its own; a non-zero `salt` derives the copy's seeds (dropout,
         seeded initializers) from this cell's (`derived_seed`)."""
-        self._clone_salt = salt
-        try:
-            config = self.get_config()
-        finally:
-            self._clone_salt = None
+        config = self._arguments_config()
+        for name in self.object_arguments:
+            config[name] = _copy_argument(name, config[name], salt)
         if salt:
             config["seed"] = derived_seed(config["seed"], salt)
         return config
 
     def get_config(self) -> dict:
+        config = self._arguments_config()
+        for name in self.object_arguments:
+            config[name] = _serialize_argument(name, config[name])
+        return config
+
+    def _arguments_config(self) -> dict:
+        """The constructor's arguments, the `object_arguments` as the objects
+        themselves: what `get_config` (which serialises them) and
+        `clone_config` (which copies them) both start from. A subclass adds
+        its own arguments here. (`get_config` itself cannot be the start:
+        an object without a saved form makes it fail, and a copy in this
+        process needs none.)"""
         config = super().get_config()
         config.update(
             {
@@ -352,10 +325,5 @@ class RecurrentCell(keras.layers.Layer):
                 "seed": self.seed,
             }
         )
-        for name in self.object_arguments:
-            value = getattr(self, name)
-            if self._clone_salt is None:
-                config[name] = _serialize_argument(name, value)
-            else:
-                config[name] = _copy_argument(name, value, self._clone_salt)
+        config.update({name: getattr(self, name) for name in self.object_arguments})
         return config

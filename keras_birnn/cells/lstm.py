@@ -6,8 +6,9 @@ import tensorflow as tf
 from keras import activations, initializers
 
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.cells.base import RecurrentCell, records_are_input_gradient, summed_kernel_gradient
+from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.cells.derivatives import activation_name, derivative
+from keras_birnn.cells.step_math import records_are_input_gradient, summed_kernel_gradient
 
 
 class LSTMMath(NamedTuple):
@@ -151,7 +152,7 @@ class LSTMCell(RecurrentCell):
     def step_math(self) -> LSTMMath:
         return LSTMMath(self.activation, self.recurrent_activation)
 
-    def get_config(self) -> dict:
-        config = super().get_config()
+    def _arguments_config(self) -> dict:
+        config = super()._arguments_config()
         config.update({"unit_forget_bias": self.unit_forget_bias})
         return config

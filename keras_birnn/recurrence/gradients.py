@@ -13,7 +13,7 @@ from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
-from keras_birnn.cells.base import column_sum
+from keras_birnn.cells.step_math import column_sum
 from keras_birnn.recurrence.layout import Direction, LoopKey
 from keras_birnn.recurrence.loops import _plain_loop
 from keras_birnn.recurrence.switches import _in_xla

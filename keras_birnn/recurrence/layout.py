@@ -14,12 +14,14 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from keras_birnn.cells.step_math import StepMath
+
 
 class Direction(NamedTuple):
     """One recurrence to run.
 
     Attributes:
-        math: The cell's step maths (see `RecurrentCell.step_math`).
+        math: The cell's step maths (`RecurrentCell.step_math()`).
         inputs: `[batch, time, features]`, padding already zeroed.
         kernel, input_bias: Input projection `x_t kernel + input_bias`.
         recurrent_kernel, recurrent_bias: The weights the step maths use.
@@ -29,7 +31,7 @@ class Direction(NamedTuple):
         state_mask: Optional recurrent-dropout mask `[batch, units]`.
     """
 
-    math: Any
+    math: StepMath
     inputs: tf.Tensor
     kernel: tf.Tensor
     input_bias: Optional[tf.Tensor]
@@ -53,7 +55,7 @@ class DirectionSpec(NamedTuple):
     the batch and time sizes. The weights' shapes are part of it, so a
     function traced for several batch/time sizes relaxes only those."""
 
-    math: Any
+    math: StepMath
     reverse: bool
     n_states: int
     present: Tuple[bool, ...]  # per `_DIFFERENTIABLE` field, then the state mask

@@ -126,13 +126,6 @@ def _memory_arrays(d: Direction, steps) -> List[tf.TensorArray]:
     return [saved] + [_array(s, steps) for s in d.initial_states]
 
 
-def _materialize_saved(d: Direction) -> bool:
-    """Whether the cell asks for its saved memory to be materialised once per
-    backward step (read one iteration ahead) rather than fused into the
-    step's kernels: see `RecurrentCell.step_math`."""
-    return bool(getattr(d.math, "materialize_saved", False))
-
-
 def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False):
     """Each direction walks back over its own time order; returns per
     direction the time-major stack of the cell's per-step records (from
@@ -157,14 +150,14 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
 def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: bool) -> Callable[..., Reads]:
     """`read(i)` for `_time_loop`: per direction its kept memory, output
     gradient and mask, in the step inside XLA except memory the cell wants
-    materialised (`_materialize_saved`)."""
+    materialised (`StepMath.materialize_saved`)."""
 
     def read(i):
         current = []
         for k, d in enumerate(directions):
             t = _backward_time_index(d, i, span)
             saved, *incoming = memory[k]
-            current.append((_at(saved, t, span), in_xla and not _materialize_saved(d)))
+            current.append((_at(saved, t, span), in_xla and not d.math.materialize_saved))
             current.extend((_at(m, t, span), in_xla) for m in incoming)
             if d_seq_tm[k] is not None:
                 current.append((_at(d_seq_tm[k], t, span), in_xla))

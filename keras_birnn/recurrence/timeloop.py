@@ -119,7 +119,7 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
     with a copy and copies it again as a loop-carried value. Which is faster
     depends on the loop (benchmarks/README.md has the measurements): training
     loops compiled by XLA slice in the step, except kept memory a cell asks
-    to have materialised (`_materialize_saved`: kernels fused with that
+    to have materialised (`StepMath.materialize_saved`: kernels fused with that
     slice were not vectorised). So do one-direction inference loops with
     small steps, which then have few enough kernels for XLA to run them in
     order on one thread (`_INLINE_STEP_LIMIT`). Other inference loops read

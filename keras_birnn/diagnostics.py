@@ -2,8 +2,8 @@
 
 The two directions of a bidirectional layer see different parts of the
 sequence, and rarely contribute equally at a position. These functions run a
-`kb.Bidirectional`'s two recurrences (the same pieces its `call` uses:
-`Recurrent.direction` and `recurrence.run`, no second copy of the maths) and
+`kb.Bidirectional`'s two recurrences (the method its `call` uses,
+`Bidirectional.run_directions`: no second copy of the maths) and
 report, per position:
 
 - `direction_norms`: the L2 norm of the forward and of the backward state
@@ -24,11 +24,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_birnn import recurrence
 from keras_birnn._tf_internal import functional_node_keys, inbound_nodes, keras_mask
 from keras_birnn.bidirectional import Bidirectional
-from keras_birnn.masking import validate_mask
-from keras_birnn.recurrent import sequence_input
+from keras_birnn.masking import sequence_input, validate_mask
 from keras_birnn.stacking import StackedBidirectional
 
 __all__ = [
@@ -196,15 +194,7 @@ def direction_states(layer_or_model, inputs, mask=None, layer=None):
     bi, x, mask = _resolve(layer_or_model, inputs, mask, layer)
     x = tf.convert_to_tensor(x)
     mask = validate_mask(mask, x)
-    forward, backward = recurrence.run(
-        [
-            bi.forward.direction(x, mask, None, False),
-            bi.backward.direction(x, mask, None, False),
-        ],
-        mask,
-        True,
-        bptt=False,
-    )
+    forward, backward = bi.run_directions(x, mask, training=False, return_sequences=True, counted=False)
     if mask is None:
         mask = tf.ones(tf.shape(x)[:2], tf.bool)
     return forward.outputs, backward.outputs, mask
