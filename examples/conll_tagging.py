@@ -84,7 +84,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import keras_birnn as kb  # noqa: E402
 sys.path.insert(0, EXAMPLES)
 import pos_tagging as pos  # noqa: E402  (TokenEncoder, EncodedSet, pad_tokens, dataset, predictor)
-from keras_birnn._cli import finish_args  # noqa: E402
+from keras_birnn.cli import finish_args  # noqa: E402
 from keras_birnn.datasets import read_columns, read_conllu, split_held_out  # noqa: E402
 
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")

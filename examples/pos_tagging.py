@@ -91,7 +91,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn._cli import finish_args  # noqa: E402
+from keras_birnn.cli import finish_args  # noqa: E402
 from keras_birnn.datasets import read_conllu  # noqa: E402
 from keras_birnn import xla_disabled  # noqa: E402
 

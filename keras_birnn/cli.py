@@ -1,4 +1,9 @@
-"""Command-line argument checks shared by `python -m keras_birnn.demo` and the examples."""
+"""The shared argument checking of the demo and the examples.
+
+`python -m keras_birnn.demo` and every script in examples/ complete and
+check their parsed command lines here, so that a bad flag stops them the
+same way: argparse's usage line and a message naming the flag, exit code 2.
+"""
 
 import argparse
 from typing import Dict, Optional, Sequence, Tuple
