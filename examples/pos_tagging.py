@@ -34,8 +34,10 @@ so the app turns tokens into ids itself (`device_ids` spells out how):
         -> float32 [1, time, n_tags]; a word's tag is ids["tags"][argmax]
 
 Data: with no path flags it downloads UD English EWT r2.15 (train, dev,
-test) from the official UD GitHub repository with `keras.utils.get_file`.
-Any CoNLL-U files work:
+test) from the official UD GitHub repository with `keras.utils.get_file`
+(cached under `--cache-dir`, by default `~/.keras`; no checksum: the files'
+hashes are not pinned here). Without a network it stops and names the
+flags to pass (`--train`, `--dev`). Any CoNLL-U files work:
 
     python examples/pos_tagging.py \\
         --train ../shared/data/ud_english_ewt/en_ewt-ud-train.conllu \\
@@ -91,7 +93,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import finish_args  # noqa: E402
+from keras_birnn.cli import finish_args, require_files  # noqa: E402
 from keras_birnn.datasets import read_conllu  # noqa: E402
 from keras_birnn import xla_disabled  # noqa: E402
 
@@ -562,6 +564,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--train", help="training CoNLL-U file (default: download UD English EWT r2.15)")
     parser.add_argument("--dev", help="dev CoNLL-U file (required with --train)")
     parser.add_argument("--test", help="optional test CoNLL-U file (downloaded with the default data)")
+    parser.add_argument("--cache-dir", help="where the default data is downloaded to (default ~/.keras)")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default 6; --quick 2)")
@@ -597,26 +600,40 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("--dev/--test need --train (or give no path to download UD English EWT)")
     if args.train is not None and args.dev is None:
         parser.error("--train needs --dev")
-    return finish_args(
+    finish_args(
         parser, args,
         quick=dict(epochs=(2, 6), max_train_sentences=(600, None), max_dev_sentences=(300, None),
                    hidden=(32, 128), word_dim=(32, 100), char_units=(16, 48)),
         choices=("variants", VARIANTS),
         positive=("epochs", "batch_size", "hidden", "word_dim", "char_units", "max_chars"),
     )
+    return find_data(parser, args)
+
+
+def find_data(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Sets `args.train`, `args.dev` (and `args.test`) to existing files: the
+    given ones, else UD English EWT downloaded (`download_ewt`). A missing
+    file or a failed download stops through `parser.error` naming the flags."""
+    hint = "pass CoNLL-U files with --train FILE --dev FILE (e.g. UD English EWT's en_ewt-ud-train.conllu and " \
+        f"en_ewt-ud-dev.conllu, https://github.com/UniversalDependencies/UD_English-EWT/tree/{UD_RELEASE})"
+    if args.train is None:
+        try:
+            paths = download_ewt(cache_dir=args.cache_dir)
+        except Exception as error:  # get_file raises a bare Exception for URL failures
+            parser.error(f"the default data, UD English EWT {UD_RELEASE}, could not be downloaded "
+                         f"({str(error).splitlines()[0][:200]}); {hint}")
+        args.train, args.dev, args.test = paths["train"], paths["dev"], paths["test"]
+    require_files(parser, {"--train": args.train, "--dev": args.dev, "--test": args.test}, hint)
+    return args
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict:
     """Trains every variant, prints the table, exports the best; returns the results."""
     args = parse_args(argv)
     start = time.perf_counter()
-    if args.train is None:
-        paths = download_ewt()
-    else:
-        paths = {"train": args.train, "dev": args.dev, "test": args.test}
-    train = read_conllu(paths["train"])[: args.max_train_sentences]
-    dev = read_conllu(paths["dev"])[: args.max_dev_sentences]
-    test = read_conllu(paths["test"]) if paths.get("test") else None
+    train = read_conllu(args.train)[: args.max_train_sentences]
+    dev = read_conllu(args.dev)[: args.max_dev_sentences]
+    test = read_conllu(args.test) if args.test else None
 
     words, chars, tags = build_vocabularies(train)
     encoder = TokenEncoder(words, chars, args.max_chars)

@@ -6,7 +6,8 @@ same way: argparse's usage line and a message naming the flag, exit code 2.
 """
 
 import argparse
-from typing import Dict, Optional, Sequence, Tuple
+import os
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 
 def finish_args(
@@ -38,3 +39,21 @@ def finish_args(
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
+
+
+def require_files(
+    parser: argparse.ArgumentParser,
+    files: Union[Mapping[str, Optional[str]], Sequence[Tuple[str, Optional[str]]]],
+    hint: str = "",
+) -> None:
+    """Stops through `parser.error` (exit code 2) when a data file is missing.
+
+    Args:
+        files: `{flag: path}` or `(flag, path)` pairs: the flag named in the
+            message when its path (given or defaulted) is not a file; None
+            paths are skipped.
+        hint: appended to the message: which flags to pass, where the data is.
+    """
+    for flag, path in files.items() if isinstance(files, Mapping) else files:
+        if path is not None and not os.path.isfile(path):
+            parser.error(f"{flag}: no file {path!r}" + (f"; {hint}" if hint else ""))
