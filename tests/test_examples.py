@@ -121,7 +121,21 @@ def test_pos_tagger_trains_every_variant(pos_run):
     assert [row["variant"] for row in result["rows"]] == ["gru", "bigru"]
     for row in result["rows"]:
         assert row["loss_after"] < row["loss_before"], row
+        # One model.fit: a loss, a dev pass and a time per epoch; Keras's masked
+        # "upos" metric on dev equals the example's own count over words.
+        assert len(row["epoch_losses"]) == len(row["dev_curve"]) == len(row["epoch_seconds"]) == 2
+        assert len(row["validation_seconds"]) == 2 and min(row["epoch_seconds"]) > 0
+        assert row["dev_curve"][-1] == pytest.approx(row["dev"], abs=1e-6)
     assert "dev UPOS" in text and result["export_path"] in text
+    png = os.path.join(os.path.dirname(os.path.dirname(result["export_path"])), "pos_tagging_training.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in text and not os.path.exists(png)
+    else:
+        assert f"Training curves: {png}" in text
+        with open(png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 @needs_ewt
