@@ -9,7 +9,8 @@ and reads the numbers each example writes with `--report-json`:
 
 - epoch 1: the first epoch's seconds (tracing and compiling included);
 - later: the mean of the later epochs' seconds (the steady state);
-- fit: all epochs (the tagger: `model.fit` of each epoch; the classifier:
+- fit: all epochs (the tagger: the training part of each epoch of its one
+  `model.fit`, the dev pass apart; the classifier:
   each epoch with its validation pass, as Keras's fit runs it);
 - predict: sentences per second of a second, warm pass of the example's own
   predictor over its evaluation set (the tagger: dev; the classifier: its

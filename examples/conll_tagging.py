@@ -36,7 +36,9 @@ heads' costs compare (`--head softmax,crf` trains both with the same
 settings and seeds).
 
 Data (`--data NAME` reads `--data-dir`, by default `../shared/data` beside
-the repository; any files of the same formats work with --train/--dev):
+the repository; where that is absent, as in a fresh clone, the example
+stops and names `--data-dir` and `--train`/`--dev`; any files of the same
+formats work with --train/--dev):
 
     conll2002  CoNLL-2002 Spanish NER, esp.train / esp.testa (dev)
     conll2000  CoNLL-2000 chunking, train.txt: a fixed, seeded 10% of its
@@ -84,7 +86,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import keras_birnn as kb  # noqa: E402
 sys.path.insert(0, EXAMPLES)
 import pos_tagging as pos  # noqa: E402  (TokenEncoder, EncodedSet, pad_tokens, dataset, predictor)
-from keras_birnn._cli import finish_args  # noqa: E402
+from keras_birnn.cli import finish_args, require_files  # noqa: E402
 from keras_birnn.datasets import read_columns, read_conllu, split_held_out  # noqa: E402
 
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
@@ -507,6 +509,17 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
                   "min_word_count"),
     )
     args.name = args.data or os.path.splitext(os.path.basename(args.train))[0]
+    if args.data:
+        _, train, dev = DATA[args.data]
+        require_files(
+            parser, [("--data-dir", os.path.join(args.data_dir, p)) for p in (train, dev) if p],
+            f"--data {args.data} reads {os.path.dirname(train)}/ in --data-dir (default ../shared/data beside "
+            "the repository, absent from a fresh clone): pass --data-dir DIR, or your own files with "
+            "--train FILE [--dev FILE]",
+        )
+    else:
+        require_files(parser, {"--train": args.train, "--dev": args.dev},
+                      "pass existing files with --train FILE [--dev FILE]")
     return args
 
 

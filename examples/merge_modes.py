@@ -54,7 +54,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
 from keras_birnn import demo  # noqa: E402  (the run-of-1s task)
-from keras_birnn._cli import finish_args  # noqa: E402
+from keras_birnn.cli import finish_args  # noqa: E402
 
 SECTIONS = ("merge", "cells", "stack", "ensemble")
 
@@ -314,8 +314,7 @@ def section_ensemble(args, rng) -> dict:
         else:
             print(f"  b) inside a run of 1s ({len(x)} sequences of {args.length})")
             bits = x_test[..., 0].astype(int)
-            _, left, right = demo._neighbours(bits)
-            lone = bits.astype(bool) & ~left & ~right
+            lone = bits.astype(bool) & (demo.run_labels(bits) == 0)  # a 1 with no 1 beside it
             print(f"     {'model':20}{'params':>7}{'overall':>10}{'boundary':>10}{'lone 1s':>10}")
             table = {}
             for name, p in probs.items():

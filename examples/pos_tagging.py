@@ -14,9 +14,13 @@ context). The sentence-level layer is what the variants compare:
              top layer's concat, which is the projection merge's function
 
 The loss is masked (Embedding(mask_zero=True); the mask propagates to the
-output). Training runs a fixed number of epochs with a cosine learning
-rate decay (no early stopping, no model selection on dev), then reports
-UPOS accuracy on dev (and on test when given). The best variant is
+output; the loss and the "upos" accuracy metric count words only).
+Training is one `model.fit` over a fixed number of epochs (new
+length-bucketed batches each epoch), Adam with a cosine learning rate
+decay, dev UPOS after each epoch (watched, never used: no early stopping,
+no model selection on dev); then it reports UPOS accuracy on dev (and on
+test when given). `--tensorboard DIR` logs the runs; the curves go to a
+PNG (`--plot`, when matplotlib is installed). The best variant is
 exported for TF Serving under `<out>/pos_tagger/1/`, vocabularies inside
 the graph:
 
@@ -34,8 +38,10 @@ so the app turns tokens into ids itself (`device_ids` spells out how):
         -> float32 [1, time, n_tags]; a word's tag is ids["tags"][argmax]
 
 Data: with no path flags it downloads UD English EWT r2.15 (train, dev,
-test) from the official UD GitHub repository with `keras.utils.get_file`.
-Any CoNLL-U files work:
+test) from the official UD GitHub repository with `keras.utils.get_file`
+(cached under `--cache-dir`, by default `~/.keras`; no checksum: the files'
+hashes are not pinned here). Without a network it stops and names the
+flags to pass (`--train`, `--dev`). Any CoNLL-U files work:
 
     python examples/pos_tagging.py \\
         --train ../shared/data/ud_english_ewt/en_ewt-ud-train.conllu \\
@@ -91,7 +97,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn._cli import finish_args  # noqa: E402
+from keras_birnn.cli import finish_args, require_files  # noqa: E402
 from keras_birnn.datasets import read_conllu  # noqa: E402
 from keras_birnn import xla_disabled  # noqa: E402
 
@@ -252,13 +258,26 @@ class EncodedSet:
         return [self.batch(g) for g in groups]
 
 
+BATCH_SPEC = (
+    (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)),
+    tf.TensorSpec([None, None], tf.int32),
+)
+
+
 def dataset(batches) -> tf.data.Dataset:
-    spec = (
-        (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)),
-        tf.TensorSpec([None, None], tf.int32),
-    )
-    data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+    """A fixed list of batches as a tf.data.Dataset (the same every pass)."""
+    data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=BATCH_SPEC)
     return data.apply(tf.data.experimental.assert_cardinality(len(batches)))
+
+
+def training_data(encoded: "EncodedSet", batch_size: int, rng: Optional[np.random.Generator] = None):
+    """`encoded`'s length-bucketed batches as a tf.data.Dataset for one
+    `model.fit` over every epoch: with `rng`, each pass over the dataset
+    (each epoch) draws new batches (`EncodedSet.batches`), so the data is
+    reshuffled per epoch; without, the same length-sorted batches each pass."""
+    count = -(-len(encoded) // batch_size)
+    data = tf.data.Dataset.from_generator(lambda: iter(encoded.batches(batch_size, rng)), output_signature=BATCH_SPEC)
+    return data.apply(tf.data.experimental.assert_cardinality(count))
 
 
 # --- the model -------------------------------------------------------------------------
@@ -427,6 +446,83 @@ def accuracy(model, encoded: EncodedSet, batch_size: int = 128) -> float:
     return hits / max(int(encoded.lengths.sum()), 1)
 
 
+def compile_tagger(model, learning_rate) -> None:
+    """Adam (gradient norm clipped at 5), masked cross-entropy, masked UPOS accuracy.
+
+    The word mask reaches the softmax output, and Keras weights the loss and
+    `weighted_metrics` by it, so padding counts in neither ("upos" is the
+    share of words tagged right, as `accuracy` counts it). A dev tag unseen
+    in training has the label -1: `ignore_class` leaves it out of the loss,
+    the accuracy counts it wrong (as `accuracy` does).
+    """
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate, clipnorm=5.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=-1),
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="upos")],
+    )
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Seconds of each epoch of `fit`: `seconds` the training part (up to the
+    validation pass, or to the epoch's end without one), `validation_seconds`
+    the dev pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds: List[float] = []
+        self.validation_seconds: List[float] = []
+        self._began = self._validating = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._began, self._validating = time.perf_counter(), None
+
+    def on_test_begin(self, logs=None):
+        if self._began is not None:  # fit's validation pass (not a separate evaluate)
+            self._validating = time.perf_counter()
+            self.seconds.append(self._validating - self._began)
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.perf_counter()
+        if self._validating is None:
+            self.seconds.append(now - self._began)
+        else:
+            self.validation_seconds.append(now - self._validating)
+        self._began = None
+
+
+def plot_training(rows, path: str) -> Optional[str]:
+    """Train loss and dev UPOS per epoch of every variant as a PNG at `path`
+    (nothing for an empty path); skipped with a note without matplotlib."""
+    if not path:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        print("No training-curve plot: matplotlib is not installed.")
+        return None
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for r in rows:
+        epochs = range(1, len(r["epoch_losses"]) + 1)
+        left.plot(epochs, r["epoch_losses"], marker="o", label=r["variant"])
+        right.plot(epochs, [100 * a for a in r["dev_curve"]], marker="o", label=r["variant"])
+    left.set(xlabel="epoch", ylabel="train loss (masked cross-entropy)", title="Training loss")
+    right.set(xlabel="epoch", ylabel="dev UPOS accuracy (%)", title="Dev accuracy")
+    for axes in (left, right):
+        axes.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        axes.legend()
+        axes.grid(alpha=0.3)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    print(f"Training curves: {path}")
+    return path
+
+
 def mean_loss(model, batches) -> float:
     """Masked mean cross-entropy per token (no dropout)."""
     total, count = 0.0, 0
@@ -562,6 +658,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--train", help="training CoNLL-U file (default: download UD English EWT r2.15)")
     parser.add_argument("--dev", help="dev CoNLL-U file (required with --train)")
     parser.add_argument("--test", help="optional test CoNLL-U file (downloaded with the default data)")
+    parser.add_argument("--cache-dir", help="where the default data is downloaded to (default ~/.keras)")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default 6; --quick 2)")
@@ -588,35 +685,55 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "padded positions); exported the same way")
     parser.add_argument("--report-json", metavar="PATH",
                         help="also write timings and accuracy to PATH as JSON, per variant: epoch_seconds "
-                        "(model.fit of each epoch), fit_seconds, predict_sentences_per_second (a second, "
-                        "warm pass over dev), accuracy (dev UPOS); and the export path")
+                        "(the training part of each epoch of model.fit, its dev pass apart in "
+                        "validation_seconds), fit_seconds, predict_sentences_per_second (a second, warm pass "
+                        "over dev), accuracy (dev UPOS), dev_curve (dev UPOS after each epoch); and the export path")
+    parser.add_argument("--tensorboard", metavar="DIR",
+                        help="also log each variant's training to DIR/<variant>/ (keras.callbacks.TensorBoard)")
+    parser.add_argument("--plot", metavar="PATH",
+                        help="training curves (train loss, dev UPOS per epoch, every variant) as a PNG, when "
+                        "matplotlib is installed (default <out>/pos_tagging_training.png; '' for none)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in about a minute")
-    parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.train is None and (args.dev or args.test):
         parser.error("--dev/--test need --train (or give no path to download UD English EWT)")
     if args.train is not None and args.dev is None:
         parser.error("--train needs --dev")
-    return finish_args(
+    finish_args(
         parser, args,
         quick=dict(epochs=(2, 6), max_train_sentences=(600, None), max_dev_sentences=(300, None),
                    hidden=(32, 128), word_dim=(32, 100), char_units=(16, 48)),
         choices=("variants", VARIANTS),
         positive=("epochs", "batch_size", "hidden", "word_dim", "char_units", "max_chars"),
     )
+    return find_data(parser, args)
+
+
+def find_data(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """Sets `args.train`, `args.dev` (and `args.test`) to existing files: the
+    given ones, else UD English EWT downloaded (`download_ewt`). A missing
+    file or a failed download stops through `parser.error` naming the flags."""
+    hint = "pass CoNLL-U files with --train FILE --dev FILE (e.g. UD English EWT's en_ewt-ud-train.conllu and " \
+        f"en_ewt-ud-dev.conllu, https://github.com/UniversalDependencies/UD_English-EWT/tree/{UD_RELEASE})"
+    if args.train is None:
+        try:
+            paths = download_ewt(cache_dir=args.cache_dir)
+        except Exception as error:  # get_file raises a bare Exception for URL failures
+            parser.error(f"the default data, UD English EWT {UD_RELEASE}, could not be downloaded "
+                         f"({str(error).splitlines()[0][:200]}); {hint}")
+        args.train, args.dev, args.test = paths["train"], paths["dev"], paths["test"]
+    require_files(parser, {"--train": args.train, "--dev": args.dev, "--test": args.test}, hint)
+    return args
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict:
     """Trains every variant, prints the table, exports the best; returns the results."""
     args = parse_args(argv)
     start = time.perf_counter()
-    if args.train is None:
-        paths = download_ewt()
-    else:
-        paths = {"train": args.train, "dev": args.dev, "test": args.test}
-    train = read_conllu(paths["train"])[: args.max_train_sentences]
-    dev = read_conllu(paths["dev"])[: args.max_dev_sentences]
-    test = read_conllu(paths["test"]) if paths.get("test") else None
+    train = read_conllu(args.train)[: args.max_train_sentences]
+    dev = read_conllu(args.dev)[: args.max_dev_sentences]
+    test = read_conllu(args.test) if args.test else None
 
     words, chars, tags = build_vocabularies(train)
     encoder = TokenEncoder(words, chars, args.max_chars)
@@ -639,23 +756,24 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
                              32, args.char_units, args.hidden, args.dropout, layers=args.layers)
         steps = args.epochs * int(np.ceil(len(train_set) / args.batch_size))
         schedule = keras.optimizers.schedules.CosineDecay(args.learning_rate, decay_steps=steps, alpha=0.05)
-        model.compile(optimizer=keras.optimizers.Adam(schedule, clipnorm=5.0), loss="sparse_categorical_crossentropy")
+        compile_tagger(model, schedule)
         probe = train_set.batches(args.batch_size)[:8]
         loss_before = mean_loss(model, probe)
         print(f"\n{variant}: {model.count_params():,} parameters")
         began = time.perf_counter()
-        losses, dev_curve, epoch_seconds = [], [], []
-        for epoch in range(args.epochs):
-            batches = dataset(train_set.batches(args.batch_size, rng))
-            fit_began = time.perf_counter()
-            history = model.fit(batches, epochs=1, verbose=0, shuffle=False)
-            epoch_seconds.append(time.perf_counter() - fit_began)
-            losses.append(float(history.history["loss"][-1]))
-            if not args.quiet:
-                dev_curve.append(accuracy(model, dev_set))
-                print(f"  epoch {epoch + 1}/{args.epochs}: train loss {losses[-1]:.4f}, "
-                      f"dev UPOS {100 * dev_curve[-1]:.2f}%, {time.perf_counter() - began:.0f} s")
-        seconds = time.perf_counter() - began
+        timer = EpochTimer()
+        callbacks = [timer]
+        if args.tensorboard:
+            callbacks.append(keras.callbacks.TensorBoard(log_dir=os.path.join(args.tensorboard, variant)))
+        history = model.fit(
+            training_data(train_set, args.batch_size, rng), epochs=args.epochs,
+            validation_data=training_data(dev_set, 128), callbacks=callbacks,
+            verbose=0 if args.quiet else (1 if sys.stdout.isatty() else 2), shuffle=False,  # reshuffled by training_data
+        )
+        losses = [float(v) for v in history.history["loss"]]
+        dev_curve = [float(v) for v in history.history["val_upos"]]
+        epoch_seconds = timer.seconds
+        seconds = sum(epoch_seconds)  # training only; the dev passes are in validation_seconds
         predict_began = time.perf_counter()
         dev_accuracy = accuracy(model, dev_set)
         predict_first = time.perf_counter() - predict_began
@@ -669,7 +787,9 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             "loss_before": loss_before,
             "loss_after": mean_loss(model, probe),
             "epoch_losses": losses,
+            "dev_curve": dev_curve,
             "epoch_seconds": epoch_seconds,
+            "validation_seconds": timer.validation_seconds,
             "predict_first_seconds": predict_first,
         }
         if args.report_json:
@@ -678,9 +798,11 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             row["predict_sentences_per_second"] = len(dev_set) / (time.perf_counter() - predict_began)
         rows.append(row)
         models[variant] = model
-        print(f"  {variant}: dev UPOS {100 * row['dev']:.2f}% after {seconds:.0f} s of training")
+        print(f"  {variant}: dev UPOS {100 * row['dev']:.2f}% after {seconds:.0f} s of training "
+              f"(+ {sum(timer.validation_seconds):.0f} s of dev passes, {time.perf_counter() - began:.0f} s in fit)")
 
     twin = ", Keras's recurrent layers (--layers keras)" if args.layers == "keras" else ""
+    plot_training(rows, args.plot if args.plot is not None else os.path.join(args.out, "pos_tagging_training.png"))
     print(f"\nUPOS accuracy ({args.epochs} epochs, {len(train)} training sentences, hidden {args.hidden}{twin}):")
     print(format_table(rows))
     best = max(rows, key=lambda r: r["dev"])
@@ -728,7 +850,8 @@ def write_report(path: str, args, rows, dev_sentences: int, export_path, total: 
     numbers are also at the top level."""
     entries = [
         {"variant": r["variant"], "params": r["params"], "epoch_seconds": r["epoch_seconds"],
-         "fit_seconds": sum(r["epoch_seconds"]), "predict_first_seconds": r["predict_first_seconds"],
+         "fit_seconds": sum(r["epoch_seconds"]), "validation_seconds": r["validation_seconds"],
+         "dev_curve": r["dev_curve"], "predict_first_seconds": r["predict_first_seconds"],
          "predict_sentences_per_second": r["predict_sentences_per_second"], "accuracy": r["dev"]}
         for r in rows
     ]

@@ -37,7 +37,10 @@ recurrent code, its initial weights' random draws, and (`--layers kb`)
 the zeros kb writes at padded positions, which no head reads.
 
 Data: any two text files, one text per line (positive, negative); by
-default Pang & Lee's sentence polarity v1.0 from `../shared/data/`. A fixed
+default Pang & Lee's sentence polarity v1.0 from `../shared/data/` beside
+the repository; where that is absent (a fresh clone) the example stops and
+names the flags to pass: the files are `rt-polarity.pos` and
+`rt-polarity.neg` in POLARITY_URL's tarball. A fixed
 seeded 10% of the sentences is held out for the reported accuracy; 10% of
 the rest is a validation split that picks the epoch (early stopping,
 best weights restored), so the held-out set is never looked at during
@@ -71,11 +74,12 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn._cli import finish_args  # noqa: E402
+from keras_birnn.cli import finish_args, require_files  # noqa: E402
 from keras_birnn.datasets import read_polarity  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DIR = os.path.join(REPO, "..", "shared", "data", "sentence_polarity")
+POLARITY_URL = "http://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
 HEADS = ("final", "mean", "max", "attention")
 DIRECTIONS = ("uni", "bi")
 VARIANTS = tuple(f"{d}-{h}" for d in DIRECTIONS for h in HEADS)
@@ -239,7 +243,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         description="Sentence polarity with a GRU / BiGRU and four pooling heads.",
     )
     parser.add_argument("--pos", default=os.path.join(DEFAULT_DIR, "rt-polarity.pos"),
-                        help="positive texts, one per line (default: shared sentence polarity data)")
+                        help="positive texts, one per line (default: the shared sentence polarity data "
+                        "beside the repository, else pass --pos and --neg)")
     parser.add_argument("--neg", default=os.path.join(DEFAULT_DIR, "rt-polarity.neg"),
                         help="negative texts, one per line")
     parser.add_argument("--variants", default=",".join(VARIANTS),
@@ -267,12 +272,20 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
     args = parser.parse_args(argv)
-    return finish_args(
+    finish_args(
         parser, args,
         quick=dict(epochs=(2, 8), max_sentences=(1000, None), embed_dim=(32, 128), hidden=(16, 64)),
         choices=("variants", VARIANTS),
         positive=("epochs", "batch_size", "embed_dim", "hidden", "max_len"),
     )
+    defaults = args.pos == parser.get_default("pos") and args.neg == parser.get_default("neg")
+    require_files(
+        parser, {"--pos": args.pos, "--neg": args.neg},
+        ("the default data is absent (a fresh clone has no ../shared/data); " if defaults else "")
+        + "pass --pos FILE --neg FILE, one text per line, e.g. rt-polaritydata/rt-polarity.pos and "
+        f"rt-polarity.neg of Pang & Lee's sentence polarity v1.0 ({POLARITY_URL})",
+    )
+    return args
 
 
 def run(argv: Optional[Sequence[str]] = None) -> dict:

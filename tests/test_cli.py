@@ -1,10 +1,10 @@
-"""keras_birnn._cli.finish_args: the argument checks the demo and the examples share."""
+"""keras_birnn.cli.finish_args: the argument checks the demo and the examples share."""
 
 import argparse
 
 import pytest
 
-from keras_birnn._cli import finish_args
+from keras_birnn.cli import finish_args
 
 
 def _parse(argv):

@@ -145,14 +145,18 @@ def test_word_keys_lower_case_and_digits(ct):
     assert ct.word_keys(["A1"], digits=True).numpy().tolist() == [b"a1"]
 
 
-def test_flags(ct):
+def test_flags(ct, tmp_path):
     for argv in (["--data", "conll2002", "--train", "x"], [], ["--data", "conll2002", "--head", "hmm"],
                  ["--train", "x", "--held-out", "1.0"], ["--data", "ewt", "--char-encoder", "rnn"]):
         with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
             ct.parse_args(argv)
-    args = ct.parse_args(["--data", "conll2000"])
+    (tmp_path / "conll2000_chunking").mkdir()
+    (tmp_path / "conll2000_chunking" / "train.txt").write_text("")
+    args = ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path)])
     assert args.heads == ["crf"] and args.char_encoder == "lstm" and args.epochs == 8 and args.name == "conll2000"
-    args = ct.parse_args(["--train", "a/b.txt", "--head", "softmax,crf", "--quick"])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b.txt").write_text("")
+    args = ct.parse_args(["--train", str(tmp_path / "a" / "b.txt"), "--head", "softmax,crf", "--quick"])
     assert args.heads == ["softmax", "crf"] and args.name == "b" and args.max_train_sentences == 600
 
 

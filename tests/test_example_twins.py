@@ -111,12 +111,14 @@ def test_char_encoder_twin_gives_zeros_for_padding_words(tagger_data):
     assert twin.get_config()["layers"] == "keras" and "layers" not in ours.get_config()
 
 
-def test_tagger_layers_flag():
+def test_tagger_layers_flag(tmp_path):
     pos = load_example("pos_tagging")
-    assert pos.parse_args(["--train", "a", "--dev", "b"]).layers == "kb"
-    assert pos.parse_args(["--train", "a", "--dev", "b", "--layers", "keras"]).layers == "keras"
+    (tmp_path / "a").write_text(""), (tmp_path / "b").write_text("")
+    files = ["--train", str(tmp_path / "a"), "--dev", str(tmp_path / "b")]
+    assert pos.parse_args(files).layers == "kb"
+    assert pos.parse_args(files + ["--layers", "keras"]).layers == "keras"
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
-        pos.parse_args(["--train", "a", "--dev", "b", "--layers", "torch"])
+        pos.parse_args(files + ["--layers", "torch"])
     with pytest.raises(ValueError, match="layers"):
         pos.build_tagger("gru", 10, 10, 3, layers="torch")
 

@@ -10,6 +10,7 @@ import importlib.util
 import io
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -120,7 +121,21 @@ def test_pos_tagger_trains_every_variant(pos_run):
     assert [row["variant"] for row in result["rows"]] == ["gru", "bigru"]
     for row in result["rows"]:
         assert row["loss_after"] < row["loss_before"], row
+        # One model.fit: a loss, a dev pass and a time per epoch; Keras's masked
+        # "upos" metric on dev equals the example's own count over words.
+        assert len(row["epoch_losses"]) == len(row["dev_curve"]) == len(row["epoch_seconds"]) == 2
+        assert len(row["validation_seconds"]) == 2 and min(row["epoch_seconds"]) > 0
+        assert row["dev_curve"][-1] == pytest.approx(row["dev"], abs=1e-6)
     assert "dev UPOS" in text and result["export_path"] in text
+    png = os.path.join(os.path.dirname(os.path.dirname(result["export_path"])), "pos_tagging_training.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in text and not os.path.exists(png)
+    else:
+        assert f"Training curves: {png}" in text
+        with open(png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 @needs_ewt
@@ -198,13 +213,15 @@ def test_token_encoder_keeps_prefix_and_suffix_of_long_words():
     assert not char_ids.numpy()[:, 2].any() and not char_ids.numpy()[1, 1:].any()
 
 
-def test_pos_flags():
+def test_pos_flags(tmp_path):
     pos = load_example("pos_tagging")
+    a, b = tmp_path / "a.conllu", tmp_path / "b.conllu"
+    a.write_text(""), b.write_text("")
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
-        pos.parse_args(["--train", "a.conllu"])  # --dev is required with --train
+        pos.parse_args(["--train", str(a)])  # --dev is required with --train
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
-        pos.parse_args(["--train", "a", "--dev", "b", "--variants", "gru,cnn"])
-    args = pos.parse_args(["--train", "a", "--dev", "b"])
+        pos.parse_args(["--train", str(a), "--dev", str(b), "--variants", "gru,cnn"])
+    args = pos.parse_args(["--train", str(a), "--dev", str(b)])
     assert args.variants == ["gru", "bigru", "bilstm", "bilstm2"] and args.out == "saved_models"
     assert "raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.15/" in pos.UD_URL.format(
         release=pos.UD_RELEASE, name="x")
@@ -298,3 +315,56 @@ def test_merge_modes_combinations():
     np.testing.assert_allclose(merge.combine(p_f, p_b, "product"), [[[0.5, 0.5], [0.54 / 0.58, 0.04 / 0.58]]],
                                rtol=1e-6)
     assert merge.gru_params(32, 64, reset_after=False) * 2 == 37_248
+
+
+# --- missing data: a clear error naming the flag, exit code 2 -------------------------------------
+
+
+def _refused(parse, argv):
+    """The message of `parse(argv)`'s SystemExit, which must be argparse's code 2."""
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as stop, contextlib.redirect_stderr(err):
+        parse(argv)
+    assert stop.value.code == 2, err.getvalue()
+    return err.getvalue()
+
+
+def test_missing_default_data_names_the_flags(tmp_path, monkeypatch):
+    """As in a fresh clone: no ../shared/data beside the repository, no network."""
+    absent = tmp_path / "absent"
+    sent = load_example("sentence_classification")
+    monkeypatch.setattr(sent, "DEFAULT_DIR", str(absent))
+    text = _refused(sent.parse_args, [])
+    assert "--pos" in text and "--neg FILE" in text and "rt-polaritydata.tar.gz" in text and "default" in text
+    pos = load_example("pos_tagging")
+    monkeypatch.setattr(pos, "UD_URL", absent.as_uri() + "/{name}")  # a download that fails
+    text = _refused(pos.parse_args, ["--cache-dir", str(tmp_path / "cache")])
+    assert "could not be downloaded" in text and "--train FILE --dev FILE" in text
+    ct = load_example("conll_tagging")
+    for data in ("conll2002", "conll2000", "ewt"):
+        text = _refused(ct.parse_args, ["--data", data, "--data-dir", str(absent)])
+        assert "--data-dir: no file" in text and "--train FILE" in text
+
+
+def test_missing_data_files_name_their_flag(tmp_path):
+    there, absent = tmp_path / "there.txt", str(tmp_path / "absent.txt")
+    there.write_text("a line\n")
+    sent = load_example("sentence_classification")
+    assert "--neg: no file" in _refused(sent.parse_args, ["--pos", str(there), "--neg", absent])
+    pos = load_example("pos_tagging")
+    assert "--train: no file" in _refused(pos.parse_args, ["--train", absent, "--dev", str(there)])
+    assert "--test: no file" in _refused(pos.parse_args, ["--train", str(there), "--dev", str(there), "--test", absent])
+    ct = load_example("conll_tagging")
+    assert "--dev: no file" in _refused(ct.parse_args, ["--train", str(there), "--dev", absent])
+
+
+def test_missing_data_exits_2_without_a_traceback():
+    """The whole script, in its own process: usage, the message, exit code 2."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "examples", "sentence_classification.py"),
+         "--pos", "absent.pos", "--neg", "absent.neg"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow"),
+    )
+    assert done.returncode == 2 and "--pos: no file 'absent.pos'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "usage:" in done.stderr

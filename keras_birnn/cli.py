@@ -1,7 +1,13 @@
-"""Command-line argument checks shared by `python -m keras_birnn.demo` and the examples."""
+"""The shared argument checking of the demo and the examples.
+
+`python -m keras_birnn.demo` and every script in examples/ complete and
+check their parsed command lines here, so that a bad flag stops them the
+same way: argparse's usage line and a message naming the flag, exit code 2.
+"""
 
 import argparse
-from typing import Dict, Optional, Sequence, Tuple
+import os
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 
 def finish_args(
@@ -33,3 +39,21 @@ def finish_args(
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
+
+
+def require_files(
+    parser: argparse.ArgumentParser,
+    files: Union[Mapping[str, Optional[str]], Sequence[Tuple[str, Optional[str]]]],
+    hint: str = "",
+) -> None:
+    """Stops through `parser.error` (exit code 2) when a data file is missing.
+
+    Args:
+        files: `{flag: path}` or `(flag, path)` pairs: the flag named in the
+            message when its path (given or defaulted) is not a file; None
+            paths are skipped.
+        hint: appended to the message: which flags to pass, where the data is.
+    """
+    for flag, path in files.items() if isinstance(files, Mapping) else files:
+        if path is not None and not os.path.isfile(path):
+            parser.error(f"{flag}: no file {path!r}" + (f"; {hint}" if hint else ""))
