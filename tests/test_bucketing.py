@@ -126,6 +126,7 @@ def test_when_buckets_are_used(monkeypatch, how, bucketed):
     assert bool(calls) == bucketed
 
 
+@pytest.mark.slow(reason="compiles one loop per bucket, ~16 s")
 def test_one_compilation_per_bucket(tmp_path):
     """XLA compiles the loops once per bucket length: not again for another
     length in the same bucket, nor for another mask (a loop bound computed

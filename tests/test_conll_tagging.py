@@ -198,6 +198,7 @@ def check_export(ct, result, head):
                        for i, t in enumerate(row)), row
 
 
+@pytest.mark.slow(reason="trains a tagger on shared data, ~20-35 s")
 @pytest.mark.skipif(not os.path.isdir(CONLL2002), reason="../shared/data/conll2002_spanish absent")
 def test_conll2002_crf_head_with_char_cnn(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "conll2002", "--head", "crf", "--char-encoder", "cnn",
@@ -206,6 +207,7 @@ def test_conll2002_crf_head_with_char_cnn(ct, tmp_path):
     check_run(ct, result, "crf")
 
 
+@pytest.mark.slow(reason="trains a tagger on shared data, ~20-35 s")
 @pytest.mark.skipif(not os.path.isdir(CONLL2000), reason="../shared/data/conll2000_chunking absent")
 def test_conll2000_crf_head_with_char_lstm_on_the_held_out_split(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "conll2000", "--head", "crf", "--char-encoder", "lstm",
@@ -215,6 +217,7 @@ def test_conll2000_crf_head_with_char_lstm_on_the_held_out_split(ct, tmp_path):
     check_run(ct, result, "crf")
 
 
+@pytest.mark.slow(reason="trains a tagger on shared data, ~20-35 s")
 @pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 def test_ewt_upos_softmax_head_with_char_gru(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "ewt", "--head", "softmax", "--char-encoder", "gru",

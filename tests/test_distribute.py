@@ -113,6 +113,7 @@ np.savez(OUT, replicas=strategy.num_replicas_in_sync, initial=flat(initial),
 """
 
 
+@pytest.mark.slow(reason="a MirroredStrategy fit and its oracle, ~16 s")
 def test_mirrored_strategy_fit_matches_single_device(tmp_path, oracle):
     """Two replicas on two logical CPUs, `model.fit` for STEPS steps of SGD:
     each replica runs the XLA-compiled loop and the BPTT on half of every

@@ -114,6 +114,7 @@ def pos_run(tmp_path_factory):
     return pos, result, text
 
 
+@pytest.mark.slow(reason="the pos_run fixture trains every tagger variant, ~37 s")
 @needs_ewt
 def test_pos_tagger_trains_every_variant(pos_run):
     _, result, text = pos_run
@@ -123,6 +124,7 @@ def test_pos_tagger_trains_every_variant(pos_run):
     assert "dev UPOS" in text and result["export_path"] in text
 
 
+@pytest.mark.slow(reason="the pos_run fixture trains every tagger variant, ~37 s")
 @needs_ewt
 def test_pos_tagger_savedmodel_serves_strings_to_tags_in_a_fresh_process(pos_run):
     pos, result, _ = pos_run
@@ -156,6 +158,7 @@ def test_pos_tagger_savedmodel_serves_strings_to_tags_in_a_fresh_process(pos_run
         np.testing.assert_allclose(np.array(served["probabilities"][row])[:n], keras_probs[row, :n], atol=1e-5)
 
 
+@pytest.mark.slow(reason="the pos_run fixture trains every tagger variant, ~37 s")
 @needs_ewt
 def test_pos_tagger_litert_takes_device_ids_and_equals_keras(pos_run):
     """The .tflite tagger (builtin ops only) on ids computed in plain Python
@@ -213,6 +216,7 @@ def test_pos_flags():
 # --- sentence_classification ----------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="trains every head, ~34 s")
 @needs_polarity
 def test_sentence_classification_trains_each_head():
     sent = load_example("sentence_classification")
@@ -241,6 +245,7 @@ def test_sentence_split_is_fixed_seeded_and_disjoint():
 # --- merge_modes -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="trains models, ~12 s")
 def test_merge_modes_sum_cannot_tell_a_sequence_from_its_reverse():
     merge = load_example("merge_modes")
     result, text = quietly(merge.run, ["--sections", "merge,stack", "--samples", "128", "--length", "6",
@@ -257,6 +262,7 @@ def test_merge_modes_sum_cannot_tell_a_sequence_from_its_reverse():
     assert (stack["first"], stack["second"], stack["width"]) == (37_248, 74_112, 128)
 
 
+@pytest.mark.slow(reason="trains models, ~44 s")
 def test_merge_modes_ensemble_and_cells_train():
     merge = load_example("merge_modes")
     result, _ = quietly(merge.run, ["--sections", "cells,ensemble", "--samples", "96", "--length", "8",

@@ -199,10 +199,12 @@ def served(processes):
     return json.loads(processes["server"].strip().splitlines()[-1])
 
 
+@pytest.mark.slow(reason="the served fixture starts a server process, ~27 s")
 def test_server_process_never_imports_keras_birnn(served):
     assert served["keras_birnn_imported"] is False
 
 
+@pytest.mark.slow(reason="the served fixture starts a server process, ~27 s")
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
 def test_served_outputs_equal_keras_for_two_batch_and_time_sizes(served, kind):
     diffs = {k: v for k, v in served["max_diff"].items() if k.startswith(kind)}
@@ -211,6 +213,7 @@ def test_served_outputs_equal_keras_for_two_batch_and_time_sizes(served, kind):
         assert diff <= 1e-5, (key, diff)
 
 
+@pytest.mark.slow(reason="the served fixture starts a server process, ~27 s")
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
 def test_signature_names_are_the_documented_ones(served, kind):
     assert served["signatures"][kind] == {
@@ -219,6 +222,7 @@ def test_signature_names_are_the_documented_ones(served, kind):
     }
 
 
+@pytest.mark.slow(reason="the served fixture starts a server process, ~27 s")
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
 def test_graph_has_only_registered_core_ops_and_no_forbidden_ones(served, kind):
     ops = set(served["ops"][kind])
@@ -362,6 +366,7 @@ def test_keras_model_export_under_xla_disabled_has_no_xla_and_serves_the_same(tm
     np.testing.assert_allclose(np.asarray(loaded.serve(tokens)), np.asarray(model(tokens)), atol=1e-6)
 
 
+@pytest.mark.slow(reason="a fresh Python process, ~15 s")
 def test_loading_an_export_prints_no_warning(tmp_path):
     """A serving graph holds the forward pass only: loading it prints
     nothing (no "unsaved custom gradients" warning for the training path's

@@ -66,6 +66,7 @@ def _floats(rng, T):
     return rng.normal(size=(B, T, F)).astype(np.float32)
 
 
+@pytest.mark.slow(reason="one LiteRT conversion per cell and merge mode, ~12 s each")
 @pytest.mark.parametrize("cell", sorted(CELLS))
 def test_cells_and_merge_modes(cell, tmp_path):
     inp = keras.Input((None, F))

@@ -76,6 +76,7 @@ def _assert_all_close(actual, expected, atol=1e-10, rtol=1e-8):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=atol, rtol=rtol)
 
 
+@pytest.mark.slow(reason="second-order gradients of every cell, 10-20 s each")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("cell_name", list(CELLS))
 def test_gradient_penalty_matches_keras(cell_name, graph):
@@ -104,6 +105,7 @@ def _assert_penalty_gradients_match_central_differences(layer, x, mask, graph, v
             np.testing.assert_allclose(float(grad[index]), numeric, atol=1e-7, rtol=1e-6, err_msg=variable.path)
 
 
+@pytest.mark.slow(reason="central differences of a second-order gradient, ~15 s")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_gradient_penalty_with_padding_against_central_differences(graph):
     """Masked rows (right padding, left padding with a hole): Keras's

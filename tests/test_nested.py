@@ -86,6 +86,7 @@ def test_without_mask_every_item_is_encoded():
     assert_all_close(outputs.numpy(), _oracle(case, x, np.ones((2, ITEMS, ELEMENTS), bool)))
 
 
+@pytest.mark.slow(reason="trains and saves a model, ~12 s")
 def test_character_model_trains_and_round_trips(tmp_path):
     chars = keras.Input((None, None), dtype="int32")
     x = keras.layers.Embedding(20, 4, mask_zero=True)(chars)

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -293,6 +294,7 @@ def _oracle_grads(ex, w, x, d_out, return_sequences):
     return flat + [g["x"]]
 
 
+@pytest.mark.slow(reason="Hypothesis examples on the longest shapes, ~12 s")
 @PROPERTY
 @given(examples(shapes=SHAPES[-1:]), st.booleans(), st.booleans())
 def test_padding_never_leaks_into_outputs_or_gradients(ex, return_sequences, training):

@@ -182,6 +182,9 @@ print(json.dumps(report))
 """
 
 
+pytestmark = pytest.mark.slow(reason="every test uses the saved fixture: all models built, saved and loaded in a fresh process, ~55 s")
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """Every model built, perturbed and saved; its outputs, weights and

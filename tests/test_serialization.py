@@ -199,6 +199,7 @@ def test_keras_file_round_trip_safe_mode(tmp_path):
     np.testing.assert_allclose(tagger(x, mask=mask), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow(reason="a fresh Python process, ~15 s")
 def test_keras_file_loads_in_a_fresh_process(tmp_path):
     """Registration happens at `import keras_birnn`: a new interpreter loads
     the file with safe_mode=True and no custom_objects."""
