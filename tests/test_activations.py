@@ -17,8 +17,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import MASK, TRAINING_MODES, make_case
-from test_case import assert_all_close, eager_and_graph, keras_round_trip
+from birnn_cases import TRAINING_MODES, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, eager_and_graph, keras_round_trip
 
 
 def tanh(x):

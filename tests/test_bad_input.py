@@ -23,9 +23,9 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import MASK, B, F, T, U, make_case, to_numpy
+from birnn_cases import B, F, T, U, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, in_graph, to_numpy
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
-from test_case import assert_all_close, in_graph
 
 RNG = np.random.default_rng(70)
 X = RNG.normal(size=(B, T, F)).astype(np.float32)

@@ -14,10 +14,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import (
-    CELLS, MASK, MERGES, TRAINING_MODES, B, U, make_case, to_numpy,
-)
-from test_case import assert_all_close, eager_and_graph, in_graph
+from birnn_cases import CELLS, MERGES, TRAINING_MODES, B, U, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, eager_and_graph, in_graph, to_numpy
 
 # A diagonal pairing cells with merge modes, for what needs one run per cell.
 DIAGONAL = list(zip(CELLS, ["concat", "projection_softmax", "none", "mul", "sum"]))

@@ -12,7 +12,7 @@ import keras_birnn as kb
 import reference as ref
 from birnn_cases import B, F, make_case
 from keras_birnn import bucketing
-from test_case import assert_all_close, run_python
+from helpers import assert_all_close, run_python
 
 # Below, on and just above bucket lengths (8, 12, 64 -> 96).
 LENGTHS = (1, 7, 8, 9, 65)

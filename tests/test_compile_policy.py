@@ -12,8 +12,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 from keras_birnn import compile_policy
-from birnn_cases import CELLS, MASK, TRAINING_MODES, F, make_case, to_numpy
-from test_case import assert_all_close, run_python
+from birnn_cases import CELLS, TRAINING_MODES, F, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, run_python, to_numpy
 
 UNKNOWN = [tf.TensorSpec([None, None, F]), tf.TensorSpec([None, None], tf.bool)]
 

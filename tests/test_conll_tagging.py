@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_examples import SHARED_DATA, load_example, quietly
+from helpers import SHARED_DATA, load_example, quietly
 
 CONLL2002 = os.path.join(SHARED_DATA, "conll2002_spanish")
 CONLL2000 = os.path.join(SHARED_DATA, "conll2000_chunking")

@@ -11,19 +11,8 @@ import tensorflow as tf
 import crf_reference as ref
 import keras_birnn as kb
 from keras_birnn import crf as crf_lib
-from test_case import assert_all_close
+from helpers import MASK_5x5_HOLES as MASK, assert_all_close
 
-# Rows: full, right padding, left padding, holes, fully masked.
-MASK = np.array(
-    [
-        [1, 1, 1, 1, 1],
-        [1, 1, 1, 0, 0],
-        [0, 0, 1, 1, 1],
-        [0, 1, 1, 0, 1],
-        [0, 0, 0, 0, 0],
-    ],
-    dtype=bool,
-)
 IOB2 = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
 

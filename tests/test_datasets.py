@@ -15,9 +15,8 @@ from keras_birnn.datasets import (
     read_polarity,
     split_held_out,
 )
+from helpers import SHARED_DATA
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
 EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
 POLARITY = os.path.join(SHARED_DATA, "sentence_polarity")
 CONLL2002 = os.path.join(SHARED_DATA, "conll2002_spanish")

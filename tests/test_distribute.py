@@ -36,7 +36,7 @@ import time
 import numpy as np
 import pytest
 
-from test_case import REPO, run_python
+from helpers import REPO, run_python
 
 # The model, the data and the single-device oracle, shared by both tests
 # (pasted into the fresh processes as source).

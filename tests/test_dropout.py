@@ -15,8 +15,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import B, CELLS, MASK, make_case
-from test_case import assert_all_close
+from birnn_cases import B, CELLS, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close
 
 RATES = dict(dropout=0.3, recurrent_dropout=0.4, seed=11)
 

@@ -6,40 +6,19 @@ The full runs are not here; their commands and results are in the README.
 """
 
 import contextlib
-import importlib.util
 import io
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
 
-from test_case import REPO, run_python
+from helpers import SHARED_DATA, load_example, quietly, run_python
 
-SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
 EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
 POLARITY = os.path.join(SHARED_DATA, "sentence_polarity")
 needs_ewt = pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 needs_polarity = pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")
-
-
-def load_example(name):
-    """Imports examples/<name>.py once per session."""
-    module_name = f"keras_birnn_example_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, os.path.join(REPO, "examples", f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
-
-def quietly(fn, *args):
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        result = fn(*args)
-    return result, text.getvalue()
 
 
 # --- book_figures --------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from keras_birnn.export import (
     check_graph_ops,
     next_version,
 )
-from test_case import REPO, run_python
+from helpers import REPO, run_python
 
 VOCAB, TAGS, FEATURES = 30, 5, 3
 # Two batch sizes and time sizes; each has full rows and right-padded rows.

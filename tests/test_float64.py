@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
-from birnn_cases import CELLS, MASK, TRAINING_MODES, make_case, to_numpy
-from test_case import assert_all_close
+from birnn_cases import CELLS, TRAINING_MODES, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, to_numpy
 
 # float64 round-off is ~1e-16; the float32 sums this guards against were off by ~1e-7.
 ATOL, RTOL = 1e-11, 1e-9

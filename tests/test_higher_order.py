@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
+from helpers import MASK_3x5 as MASK
 
 B, T, F, U = 3, 5, 2, 3
 
@@ -29,8 +30,6 @@ CELLS = {
     "lstm": (lambda: kb.LSTMCell(U), lambda: keras.layers.LSTM(U, return_sequences=True)),
     "simple": (lambda: kb.SimpleRNNCell(U), lambda: keras.layers.SimpleRNN(U, return_sequences=True)),
 }
-# Right padding, left padding with a hole, full.
-MASK = np.array([[1, 1, 1, 0, 0], [0, 1, 0, 1, 1], [1, 1, 1, 1, 1]], bool)
 
 
 pytestmark = pytest.mark.usefixtures("float64_policy")  # conftest.py

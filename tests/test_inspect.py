@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from head_cases import F, MASK, U, bidirectional, extra_padding, padded_inputs
-from test_case import keras_round_trip
+from head_cases import F, U, bidirectional, extra_padding, padded_inputs
+from helpers import MASK_5x6 as MASK, keras_round_trip
 
 # --- figure 17-5: program 095 (a BiGRU, hidden 3) -----------------------------
 

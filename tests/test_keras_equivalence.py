@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_birnn as kb
-from test_case import assert_all_close, in_graph
+from helpers import assert_all_close, in_graph
 
 B, T, F, U = 4, 6, 3, 4
 

@@ -12,28 +12,10 @@ import pytest
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import CELLS, MASK, B, F, T, U, make_case, to_numpy
-from test_case import assert_all_close, in_graph
+from birnn_cases import CELLS, B, F, T, U, make_case
+from helpers import MASK_4x6 as MASK, PADDING_PATTERNS_4x6 as PATTERNS, assert_all_close, in_graph, to_numpy
 
 DIAGONAL = list(zip(CELLS, ["projection_softmax", "concat", "none", "sum", "projection_softmax"]))
-
-PATTERNS = {
-    "right": np.arange(T)[None, :] < np.array([T, 4, 2, 1])[:, None],
-    "left": np.arange(T)[None, :] >= np.array([0, 2, 3, 5])[:, None],
-    "holes": np.array(
-        [[1, 0, 1, 1, 0, 1], [1, 1, 0, 0, 1, 1], [0, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 0]], bool
-    ),
-    "fully_masked": np.array(
-        [[0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1]], bool
-    ),
-    # Steps masked in every row (a batch padded beyond its longest row, on
-    # both sides): the loops skip them (`recurrence.timeloop._span`).
-    "beyond_longest": np.array(
-        [[0, 1, 1, 1, 0, 0], [0, 1, 1, 0, 0, 0], [0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]], bool
-    ),
-    "none_valid": np.zeros((B, T), bool),
-}
-
 
 def _with_garbage(x, mask, values):
     """`x` with the padded positions overwritten by `values` (cycled)."""

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import keras_birnn as kb
 from birnn_cases import F, make_case
-from test_case import assert_all_close, keras_round_trip
+from helpers import assert_all_close, keras_round_trip
 
 ITEMS, ELEMENTS = 3, 5
 UNKNOWN = [tf.TensorSpec([None, None, None, F]), tf.TensorSpec([None, None, None], tf.bool)]

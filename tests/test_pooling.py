@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
-from head_cases import B, F, MASK, T, U, bidirectional, extra_padding, padded_inputs
-from test_case import assert_all_close, in_graph, keras_round_trip
+from head_cases import B, F, T, U, bidirectional, extra_padding, padded_inputs
+from helpers import MASK_5x6 as MASK, assert_all_close, in_graph, keras_round_trip
 
 # --- NumPy oracles of the heads ----------------------------------------------
 

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 import keras_birnn as kb
 import reference as ref
+from helpers import f32 as _f32
 from keras_birnn.masking import reverse_within_lengths
 
 F, U, P = 3, 4, 5
@@ -139,10 +140,6 @@ class Weights(NamedTuple):
             p = self.projection
             weights += [p["V_b"], p["V_f"], p["c"]] if swap else [p["V_f"], p["V_b"], p["c"]]
         return weights
-
-
-def _f32(params):
-    return {k: None if v is None else np.asarray(v, np.float32) for k, v in params.items()}
 
 
 def weights_for(ex: Example, rng) -> Weights:

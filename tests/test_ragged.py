@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import keras_birnn as kb
 from birnn_cases import CELLS, F, T, make_case
-from test_case import assert_all_close
+from helpers import assert_all_close
 
 LENGTHS = [6, 4, 0, 3]  # a full row, right padding, an empty row
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import keras_birnn as kb
-from test_case import run_python
+from helpers import run_python
 
 B, T, F, U = 4, 6, 3, 4
 

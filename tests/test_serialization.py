@@ -10,8 +10,8 @@ import pytest
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import CELLS, MASK, B, F, T, U, make_case, to_numpy
-from test_case import assert_all_close, keras_round_trip, run_python
+from birnn_cases import CELLS, B, F, T, U, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, keras_round_trip, run_python, to_numpy
 
 X = np.random.default_rng(20).normal(size=(B, T, F)).astype(np.float32)
 

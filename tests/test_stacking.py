@@ -9,8 +9,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from head_cases import B, F, MASK, extra_padding, f32, padded_inputs
-from test_case import assert_all_close, in_graph, keras_round_trip
+from head_cases import B, F, extra_padding, padded_inputs
+from helpers import MASK_5x6 as MASK, assert_all_close, f32, in_graph, keras_round_trip
 
 
 def test_seed_exercise_two_stacked_bigrus():
