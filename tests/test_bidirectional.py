@@ -354,7 +354,7 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     carries one value more, the forward loops as many; without XLA every
     slice is read ahead either way. (Both paths' gradients against the
     oracle: test_training_loop_reads here, test_other_activations_match_oracle
-    in test_activations.py.)"""
+    in test_cells_activations.py.)"""
     def carried(**cell_kwargs):
         layer = kb.Bidirectional(kb.LSTMCell(U, **cell_kwargs), return_sequences=True)
         layer.build((None, None, 3))

@@ -6,7 +6,7 @@ and one state mask per sequence. Here the masks a layer draws are fixed
 training outputs and BPTT gradients must equal the NumPy oracle's given the
 same masks: inputs multiplied by the input mask, the state multiplied by
 the state mask where it enters the recurrent matmul (the oracle's state
-mask is checked against finite differences in `test_reference.py`).
+mask is checked against finite differences in `test_reference_oracle.py`).
 """
 
 import numpy as np

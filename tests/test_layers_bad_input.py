@@ -5,7 +5,7 @@ NumPy oracle. Refusals come with a positive control in the same test or
 its neighbour (the same call with a valid input gives the oracle's
 numbers), so a test cannot pass by everything failing.
 
-tests/test_errors.py holds the constructor and call-argument messages;
+tests/test_layers_errors.py holds the constructor and call-argument messages;
 this file covers what it does not: sizes known only at run time (graphs),
 dtypes that are accepted and cast, lengths, empty batches and sequences,
 Keras's own RNN arguments, and tampered `.keras` files.
