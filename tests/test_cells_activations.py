@@ -93,6 +93,7 @@ CELLS = {
 }
 
 
+@pytest.mark.slow(reason="eager, graph and gradients per activation, ~11 s")
 @pytest.mark.parametrize("name", list(CELLS))
 def test_other_activations_match_oracle(name):
     """Forward (eager and graph) and gradients of sum(y * dy) to 1e-4, in

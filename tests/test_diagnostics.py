@@ -118,6 +118,7 @@ def test_direction_norms_match_numpy_on_padded_batch(cell):
     )
 
 
+@pytest.mark.slow(reason="traces every model kind for unknown sizes, ~12 s")
 def test_direction_states_in_graph_with_unknown_batch_and_time():
     bi, oracle = bidirectional("gru", return_sequences=True)
     x = padded_inputs(seed=2)
@@ -171,6 +172,7 @@ def tokens_batch(vocab=9):
     return tokens
 
 
+@pytest.mark.slow(reason="builds every model and stack, ~9 s")
 def test_models_and_stacks(tmp_path):
     tokens = tokens_batch()
     inputs = keras.Input((None,), dtype="int32")

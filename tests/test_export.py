@@ -237,6 +237,7 @@ def test_graph_has_only_registered_core_ops_and_no_forbidden_ones(served, kind):
     assert "MatMul" in ops or "Einsum" in ops
 
 
+@pytest.mark.slow(reason="the processes fixture starts saved_model_cli and a server, ~15 s and more in children")
 def test_saved_model_cli_show_all(processes):
     out = processes["show"]
     for needle in (
@@ -247,6 +248,7 @@ def test_saved_model_cli_show_all(processes):
         assert needle in out, needle
 
 
+@pytest.mark.slow(reason="the processes fixture starts saved_model_cli and a server, ~15 s and more in children")
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
 def test_saved_model_cli_run_matches_keras(exported, processes, kind):
     root, _ = exported
@@ -260,6 +262,7 @@ def test_saved_model_cli_run_matches_keras(exported, processes, kind):
 # --- in-process checks of the design ----------------------------------------------
 
 
+@pytest.mark.slow(reason="exports and serves a model, ~6 s")
 def test_masking_layer_input_gets_its_mask_value_in_padded_slots(tmp_path):
     """A model starting with Masking(mask_value=-1) masks via its own marker."""
     model = keras.Sequential(
@@ -347,6 +350,7 @@ def test_graph_check_rejects_python_callbacks_and_xla_clusters(tmp_path):
     assert {"Mul", "Placeholder"} <= check_graph_ops(str(tmp_path / "plain"))
 
 
+@pytest.mark.slow(reason="exports with and without XLA, ~12 s")
 def test_keras_model_export_under_xla_disabled_has_no_xla_and_serves_the_same(tmp_path):
     """Keras's own `model.export()` traces the layers as they are: with the
     XLA-compiled loops, which a model server without XLA cannot run (the

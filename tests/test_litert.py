@@ -74,6 +74,7 @@ def test_cells_and_merge_modes(cell, tmp_path):
     _check(model, _convert(model, tmp_path, cell), _floats)
 
 
+@pytest.mark.slow(reason="LiteRT conversions, ~11 s")
 def test_boundary_states_and_sentence_outputs(tmp_path):
     """Sequence-level outputs run with the row compaction off for LiteRT,
     an empty row among them."""
@@ -82,6 +83,7 @@ def test_boundary_states_and_sentence_outputs(tmp_path):
     _check(model, _convert(model, tmp_path, "states"), _floats)
 
 
+@pytest.mark.slow(reason="LiteRT conversions of every head and a stack, ~14 s")
 def test_pooling_heads_and_stack(tmp_path):
     inp = keras.Input((None, F))
     model = randomize(keras.Model(inp, heads_and_stacks(inp)))
@@ -113,6 +115,7 @@ def test_integer_ids_with_lengths(tmp_path):
     _check(model, interpreter, _ids, reference=reference)
 
 
+@pytest.mark.slow(reason="LiteRT conversion, ~3.5 s; test_integer_ids_with_lengths stays fast")
 def test_integer_ids_padded_with_zeros_without_lengths(tmp_path):
     model = _ids_model()
     interpreter = _convert(model, tmp_path, "ids_only", lengths=False)
@@ -221,6 +224,7 @@ def _words_and_chars(rng, valid):
     return words, chars.astype(np.int32)
 
 
+@pytest.mark.slow(reason="LiteRT conversion, ~5 s")
 def test_several_inputs_right_left_padding_and_holes(tmp_path):
     model = _words_and_chars_model()
     path = kb.export_tflite(model, str(tmp_path / "tagger.tflite"), batch_size=B, lengths=False)

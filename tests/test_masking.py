@@ -93,6 +93,7 @@ def test_padding_invariance_against_the_layer_on_unpadded_rows(return_sequences)
     _check_rows(case, x, mask, out, fw_states + bw_states, lambda b: _outputs(case.layer, x[b:b + 1, mask[b]]))
 
 
+@pytest.mark.slow(reason="outputs and gradients in eager and graph, ~5.5 s")
 @pytest.mark.parametrize("mask_name", ["mixed", "beyond_longest"])
 @pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
 def test_nan_and_inf_in_padding_reach_no_output_or_gradient(cell_name, merge_name, mask_name):
@@ -146,6 +147,7 @@ def test_embedding_mask_zero_in_functional_model():
     assert np.abs(case.oracle(None, x=x) - expected).max() > 1e-3  # the mask matters
 
 
+@pytest.mark.slow(reason="builds and runs a functional model, ~4 s")
 def test_keras_masking_layer_in_functional_model():
     case = make_case("lstm", "concat", seed=15, return_sequences=False, return_state=True)
     x = case.x.copy()
@@ -161,6 +163,7 @@ def test_keras_masking_layer_in_functional_model():
     assert_all_close(model.predict(x, verbose=0), expected)
 
 
+@pytest.mark.slow(reason="builds and runs a functional model, ~4.5 s")
 def test_mask_propagates_through_two_stacked_layers_to_pooling():
     """Embedding(mask_zero) -> BiGRU -> BiLSTM -> GlobalAveragePooling1D: the
     second layer and the pooling both see the mask (seed 000's stacking and

@@ -52,6 +52,7 @@ def test_outputs_match_oracle(cell_name, merge_name, graph):
     np.testing.assert_array_equal(nested.compute_mask(x, mask).numpy(), mask.any(axis=-1))
 
 
+@pytest.mark.slow(reason="gradients on both routes, ~6 s")
 @pytest.mark.parametrize("training", [True, None])
 def test_gradients_equal_the_reshape_route(training):
     """Weights' and inputs' gradients against the encoder called on the

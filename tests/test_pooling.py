@@ -195,6 +195,7 @@ def test_pooling_without_mask_uses_every_position():
     assert_all_close(kb.FinalStatePooling()([seq, -seq]), np.concatenate([seq[:, -1], -seq[:, 0]], -1), atol=0)
 
 
+@pytest.mark.slow(reason="saves, reloads and trains each head, ~5 s")
 @pytest.mark.parametrize("kind", HEADS)
 def test_head_keras_round_trip_and_one_fit_step(kind, tmp_path):
     model, oracle = head_model(kind)
@@ -247,6 +248,7 @@ def np_masked_scores(probs, labels, mask):
     return loss, accuracy
 
 
+@pytest.mark.slow(reason="trains a tagging head, ~5 s")
 def test_tagging_head_loss_and_metrics_exclude_padding():
     model = tagger()
     tokens, labels = tagging_batch()

@@ -114,6 +114,7 @@ def test_gradient_penalty_with_padding_against_central_differences(graph):
     _assert_penalty_gradients_match_central_differences(ours, x, tf.constant(MASK), graph, paths)
 
 
+@pytest.mark.slow(reason="second-order gradients through a stack, ~10 s")
 def test_gradient_penalty_through_a_stack_with_layer_norm_and_residuals():
     """Keras's own LayerNormalization (tf.nn.moments stops the mean's
     gradient inside the variance) gets second derivatives wrong for every
@@ -154,6 +155,7 @@ def test_forward_mode_jvp_matches_keras(cell_name, graph):
     _assert_all_close([_maybe_graph(lambda: jvp(ours), graph)()], [expected])
 
 
+@pytest.mark.slow(reason="forward mode against the gradient, ~4.5 s")
 def test_forward_mode_jvp_with_padding_is_the_adjoint_of_the_gradient():
     """<J v, u> = <v, J^T u>, with J^T u the first-order BPTT's input
     gradient (checked against the NumPy oracle elsewhere)."""
@@ -174,6 +176,7 @@ def test_forward_mode_jvp_with_padding_is_the_adjoint_of_the_gradient():
     np.testing.assert_array_equal(np.asarray(jvp)[~MASK], 0.0)  # padding outputs zeros, so no tangent
 
 
+@pytest.mark.slow(reason="forward-over-backward second order, ~7 s")
 def test_hessian_vector_product_forward_over_backward_matches_keras():
     ours, theirs, x = _pair("lstm", seed=7)
     target = tf.constant(np.random.default_rng(8).normal(size=(B, T, 2 * U)))

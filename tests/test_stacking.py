@@ -209,6 +209,7 @@ def test_summary_table_needs_a_width():
         kb.stacked_bidirectional("gru", units=(4,)).summary_table()
 
 
+@pytest.mark.slow(reason="saves, reloads and trains a stack, ~15 s")
 def test_stack_keras_round_trip_and_one_fit_step(tmp_path):
     stack, oracle = stack_with_oracle("gru", (4, 4), residual=True, layer_norm=True, dropout=0.25)
     inputs = keras.Input((None, F))
@@ -238,6 +239,7 @@ def test_stack_keras_round_trip_and_one_fit_step(tmp_path):
     assert np.all(np.isfinite(after)) and not np.allclose(after, before)
 
 
+@pytest.mark.slow(reason="a fit step against the oracle, ~6 s")
 def test_fit_step_loss_matches_oracle_without_dropout():
     stack, oracle = stack_with_oracle("gru", (4, 4), merge_mode="sum", return_sequences=False)
     inputs = keras.Input((None, F))
