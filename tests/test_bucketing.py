@@ -98,6 +98,7 @@ def _pad_time_calls(monkeypatch):
     return calls
 
 
+@pytest.mark.slow(reason="traces each path, ~3 s")
 @pytest.mark.parametrize(
     "how, bucketed",
     [("unknown_length", True), ("static_length", False), ("eager", False), ("xla_disabled", False),

@@ -138,6 +138,7 @@ def test_direction_states_in_graph_with_unknown_batch_and_time():
 # --- projection contributions -------------------------------------------------------
 
 
+@pytest.mark.slow(reason="~3 s; test_direction_norms_match_numpy_on_padded_batch stays fast")
 def test_direction_contributions_sum_to_the_pre_activation():
     bi, oracle = bidirectional(
         "gru", merge_mode="projection", projection_units=5, projection_activation="softmax", return_sequences=True

@@ -305,6 +305,7 @@ def test_model_that_drops_the_mask_is_refused(tmp_path):
     )
 
 
+@pytest.mark.slow(reason="exports twice, ~4 s")
 def test_versions_count_up_and_existing_ones_are_kept(tmp_path):
     base = tmp_path / "clf"
     assert next_version(base) == 1

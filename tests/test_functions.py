@@ -33,6 +33,7 @@ def _model(cell):
     return keras.Model(inputs, kb.Bidirectional(cell, return_sequences=True)(inputs))
 
 
+@pytest.mark.slow(reason="two models and a .keras round trip, ~4 s; the other two tests stay fast")
 def test_registered_function_named_like_a_built_in_saves_as_itself(tmp_path):
     """Keras would save `swish` as "swish" and load its own swish; ours
     reloads to identical outputs (keras_round_trip), which Keras's swish

@@ -21,6 +21,7 @@ from helpers import MASK_4x6 as MASK, assert_all_close, to_numpy
 ATOL, RTOL = 1e-11, 1e-9
 
 
+@pytest.mark.slow(reason="eager, graph and gradients in float64, ~5 s; test_a_float64_recurrent_has_float64_gradients stays fast")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("cell_name", list(CELLS))
 def test_outputs_and_gradients_match_the_oracle_to_float64_precision(float64_policy, cell_name, graph):

@@ -224,6 +224,7 @@ def _swap_halves(ex: Example, out):
     return out  # sum, mul, ave; the projection swaps V_f and V_b with the weights
 
 
+@pytest.mark.slow(reason="Hypothesis examples, ~3 s; test_padding_invariance stays fast")
 @PROPERTY
 @given(examples(), st.booleans())
 def test_reversal_symmetry(ex, return_sequences):
@@ -330,6 +331,7 @@ def _boundaries(valid):
     return (idx[-1], idx[0]) if idx.size else (None, None)
 
 
+@pytest.mark.slow(reason="Hypothesis examples, ~3.5 s; test_padding_invariance stays fast")
 @PROPERTY
 @given(examples())
 def test_return_state_is_the_output_at_the_boundary_positions(ex):

@@ -188,6 +188,7 @@ def _under_policy(policy, cell_name, seed, x, d):
     return exact, result, dtype
 
 
+@pytest.mark.slow(reason="long runs under two policies, ~3.5 s")
 @pytest.mark.parametrize("cell_name", ["gru_reset_after", "lstm"])
 @pytest.mark.parametrize("policy", list(UNIT_ROUNDOFF))
 def test_low_precision_long_runs_track_float32(policy, cell_name):

@@ -130,6 +130,7 @@ def test_integer_ids_padded_with_zeros_without_lengths(tmp_path):
         np.testing.assert_allclose(got[1], sentence, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow(reason="LiteRT conversion, ~2 s")
 def test_without_lengths_every_step_is_valid(tmp_path):
     inp = keras.Input((None, F))
     model = randomize(keras.Model(inp, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)))
@@ -190,6 +191,7 @@ class _Igamma(keras.layers.Layer):
         return tf.math.igamma(tf.abs(x) + 1.0, tf.abs(x) + 1.0)
 
 
+@pytest.mark.slow(reason="LiteRT conversion, ~2 s")
 def test_a_user_layer_with_a_non_builtin_op_is_named(tmp_path):
     """No silent fallback to Flex: the error names the op and its layer."""
     inp = keras.Input((None, F))

@@ -222,6 +222,7 @@ def test_integer_mask_is_accepted():
     assert_all_close(case.layer(case.x, mask=MASK.astype(np.int32)), expected)
 
 
+@pytest.mark.slow(reason="eager and graph with a projection, ~2.5 s")
 def test_directional_projection_alone_keeps_the_mask():
     """kb.DirectionalProjection after merge_mode=None (seed 001's y_t =
     V_f h_f + V_b h_b + c): padded positions give zeros, not activation(c),

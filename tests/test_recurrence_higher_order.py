@@ -140,6 +140,7 @@ def test_persistent_tape_asked_twice_matches_keras():
     _assert_all_close(*results)
 
 
+@pytest.mark.slow(reason="forward mode in eager and graph per cell, ~4 s")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("cell_name", ["gru", "lstm"])
 def test_forward_mode_jvp_matches_keras(cell_name, graph):
