@@ -1,6 +1,6 @@
 """Helpers shared by the test suite (not tests themselves).
 
-- paths: `REPO`, `SHARED_DATA`;
+- paths: `REPO`, `SHARED_DATA` and its data sets (`EWT`, `POLARITY`, `CONLL2002`, `CONLL2000`);
 - weights and outputs: `f32`, `to_numpy`;
 - the standard masks, one name each (rows: `True` = a valid step);
 - comparisons and runs: `assert_all_close`, `in_graph`, `eager_and_graph`,
@@ -26,6 +26,10 @@ import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
+EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
+POLARITY = os.path.join(SHARED_DATA, "sentence_polarity")
+CONLL2002 = os.path.join(SHARED_DATA, "conll2002_spanish")
+CONLL2000 = os.path.join(SHARED_DATA, "conll2000_chunking")
 
 
 # --- weights and outputs ---------------------------------------------------------------------------

@@ -248,6 +248,7 @@ def test_fit_decreases_loss_and_metrics_are_masked(trained):
     assert accuracy > 0.9
 
 
+@pytest.mark.slow(reason="saves and loads a model, ~6 s")
 def test_keras_round_trip_safe_mode(trained, tmp_path):
     model, _, (x, y, mask) = trained
     path = str(tmp_path / "crf_tagger.keras")

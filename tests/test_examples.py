@@ -13,10 +13,8 @@ import os
 import numpy as np
 import pytest
 
-from helpers import SHARED_DATA, load_example, quietly, run_python
+from helpers import EWT, POLARITY, load_example, quietly, run_python
 
-EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
-POLARITY = os.path.join(SHARED_DATA, "sentence_polarity")
 needs_ewt = pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 needs_polarity = pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")
 

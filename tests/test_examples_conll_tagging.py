@@ -12,11 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from helpers import SHARED_DATA, load_example, quietly
+from helpers import CONLL2000, CONLL2002, EWT, load_example, quietly
 
-CONLL2002 = os.path.join(SHARED_DATA, "conll2002_spanish")
-CONLL2000 = os.path.join(SHARED_DATA, "conll2000_chunking")
-EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
 TINY = ["--max-train-sentences", "300", "--max-dev-sentences", "60", "--epochs", "5", "--hidden", "16",
         "--word-dim", "16", "--char-dim", "8", "--char-units", "8", "--batch-size", "16",
         "--learning-rate", "1e-2", "--quiet"]

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_examples import EWT, POLARITY, load_example, quietly
+from helpers import EWT, POLARITY, load_example, quietly
 
 SENTENCES = [  # used when ../shared/data is absent
     ["The", "old", "man", "sat", "on", "the", "chair", "."],

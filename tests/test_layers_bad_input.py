@@ -229,6 +229,7 @@ def test_serving_lengths_are_clipped_to_the_time_axis(served, kind):
         assert np.all(got[b, n:] == 0.0)
 
 
+@pytest.mark.slow(reason="the served fixture exports a model, ~8 s")
 @pytest.mark.parametrize("size", [1, B + 1])
 @pytest.mark.parametrize("kind", ["float", "tokens"])
 def test_serving_lengths_must_have_one_entry_per_row(served, kind, size):

@@ -124,7 +124,7 @@ def test_every_layer_keeps_a_user_activation():
     """Each layer (both directions) is a copy of the template cell that keeps
     its function: an unregistered user function, which a copy made through
     a saved config would lose."""
-    from test_activations import SIGMOID_2X, SOFTER_TANH, sigmoid, softer_tanh
+    from test_cells_activations import SIGMOID_2X, SOFTER_TANH, sigmoid, softer_tanh
 
     template = kb.GRUCell(4, activation=softer_tanh, recurrent_activation=sigmoid)
     oracle_kwargs = {"activation": SOFTER_TANH, "recurrent_activation": SIGMOID_2X}
