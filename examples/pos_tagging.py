@@ -67,7 +67,7 @@ same sizes and dropout:
     bilstm2       Bidirectional(LSTM) -> Dropout -> Bidirectional(LSTM) -> Dense
 
 Same parameter counts and, given the same weights, the same probabilities
-at every word (tests/test_example_twins.py). What differs: wherever the
+at every word (tests/test_examples_twins.py). What differs: wherever the
 word mask reaches it, kb's projection merge writes zeros at padded
 positions and Keras's Dense a softmax (the accuracy and the exported tags
 read only words), the random draws of the initial weights and of dropout,

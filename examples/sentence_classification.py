@@ -32,7 +32,7 @@ layers, same sizes, dropout and heads:
     attention    kb.AttentionPooling (Keras has no additive attention pooling)
 
 Same function and parameter count as the kb variant (a kb model takes the
-Keras twin's weights, tests/test_example_twins.py); what differs is the
+Keras twin's weights, tests/test_examples_twins.py); what differs is the
 recurrent code, its initial weights' random draws, and (`--layers kb`)
 the zeros kb writes at padded positions, which no head reads.
 

@@ -2,7 +2,7 @@
 
 Every other module goes through these functions, so that a TensorFlow or
 Keras upgrade that moves an internal breaks here, in one file, and
-`tests/test_internal_imports.py` keeps it that way. Each function says why
+`tests/test_tf_internal_imports.py` keeps it that way. Each function says why
 the public API does not suffice.
 """
 

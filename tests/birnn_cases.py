@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
+from helpers import f32
 
 B, T, F, U, P = 4, 6, 3, 4, 5
 
@@ -29,27 +30,6 @@ N_STATES = {"simple": 1, "gru": 1, "lstm": 2}
 
 MERGES = ref.MERGES  # name -> (merge_mode, projection_activation)
 
-# Rows: full, right padding, left padding with a hole, fully masked.
-MASK = np.array(
-    [
-        [1, 1, 1, 1, 1, 1],
-        [1, 1, 1, 1, 0, 0],
-        [0, 1, 1, 0, 1, 1],
-        [0, 0, 0, 0, 0, 0],
-    ],
-    dtype=bool,
-)
-
-
-def f32(params):
-    """float64 weights rounded to float32 (then handed to both sides)."""
-    if params is None:
-        return None
-    return {k: None if v is None else np.asarray(v, np.float32) for k, v in params.items()}
-
-
-def to_numpy(structure):
-    return keras.tree.map_structure(lambda t: np.asarray(t), structure)
 
 
 @dataclasses.dataclass

@@ -34,3 +34,16 @@ def compiled_loops(monkeypatch):
     # Patched where `run` reads it (`recurrence.dispatch`), not the package.
     path = recurrence.dispatch._path
     monkeypatch.setattr(recurrence.dispatch, "_path", lambda *args: "compiled" if path(*args) == "counted" else path(*args))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast subset (`-m "not slow"`) runs the first case of every
+    parametrized test; its further cases are marked slow (CI runs them all)."""
+    seen = set()
+    for item in items:
+        if getattr(item, "callspec", None) is None:
+            continue
+        function = item.nodeid.split("[", 1)[0]
+        if function in seen:
+            item.add_marker(pytest.mark.slow(reason="a further case of a parametrized test; -m 'not slow' runs the first"))
+        seen.add(function)

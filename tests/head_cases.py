@@ -9,22 +9,12 @@ import numpy as np
 
 import keras_birnn as kb
 import reference as ref
+from helpers import MASK_5x6, f32
 
 F = 3  # input features
 U = 4  # units per direction
 
-# Rows: full, right padding, left padding, holes, fully masked.
-MASK = np.array(
-    [
-        [1, 1, 1, 1, 1, 1],
-        [1, 1, 1, 1, 0, 0],
-        [0, 0, 1, 1, 1, 1],
-        [0, 1, 1, 0, 1, 0],
-        [0, 0, 0, 0, 0, 0],
-    ],
-    dtype=bool,
-)
-B, T = MASK.shape
+B, T = MASK_5x6.shape
 
 CELLS = {
     "gru": lambda units: kb.GRUCell(units),
@@ -33,11 +23,7 @@ CELLS = {
 }
 
 
-def f32(params):
-    return {k: None if v is None else np.asarray(v, np.float32) for k, v in params.items()}
-
-
-def padded_inputs(seed=0, mask=MASK, features=F, fill=0.0):
+def padded_inputs(seed=0, mask=MASK_5x6, features=F, fill=0.0):
     """Random float32 inputs whose padded slots hold `fill`."""
     x = np.random.default_rng(seed).uniform(-1, 1, mask.shape + (features,)).astype("float32")
     x[~mask] = fill

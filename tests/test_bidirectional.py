@@ -14,10 +14,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import (
-    CELLS, MASK, MERGES, TRAINING_MODES, B, U, make_case, to_numpy,
-)
-from test_case import assert_all_close, eager_and_graph, in_graph
+from birnn_cases import CELLS, MERGES, TRAINING_MODES, B, U, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, eager_and_graph, in_graph, to_numpy
 
 # A diagonal pairing cells with merge modes, for what needs one run per cell.
 DIAGONAL = list(zip(CELLS, ["concat", "projection_softmax", "none", "mul", "sum"]))
@@ -40,6 +38,7 @@ def test_forward_matches_oracle(cell_name, merge_name):
         assert_all_close(graph, expected)
 
 
+@pytest.mark.slow(reason="~3 s; the masked forward pass stays in the fast subset (test_forward_matches_oracle)")
 @pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
 def test_forward_without_mask(cell_name, merge_name):
     for return_sequences in (True, False):
@@ -89,6 +88,7 @@ def test_gradients_of_sentence_output(cell_name, merge_name):
     case.assert_grads_match(case.tf_grads(d_output, MASK, training=True), expected)
 
 
+@pytest.mark.slow(reason="traces gradients for unknown sizes, ~6 s")
 @pytest.mark.parametrize(
     "cell_name, merge_name, return_sequences, masked, training",
     [("lstm", "projection_softmax", True, True, True), ("gru_reset_before", "concat", False, False, None)],
@@ -116,6 +116,7 @@ def _sequence_d_output(case):
     return d_output
 
 
+@pytest.mark.slow(reason="traces eager and graph with states, ~4 s")
 @pytest.mark.parametrize(
     "cell_name, merge_name, initial_state", [(c, m, 0.5) for c, m in DIAGONAL] + [("lstm", "sum", "zeros")]
 )
@@ -148,6 +149,7 @@ def test_constant_initial_state(cell_name, merge_name, initial_state):
         case.assert_grads_match(case.tf_grads(d_output, MASK, training=training), expected)
 
 
+@pytest.mark.slow(reason="trains initial states, ~4 s")
 @pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
 def test_learned_initial_state(cell_name, merge_name):
     """Trainable boundary states (seed 001): values used as h_0 / h_{T+1} of
@@ -181,6 +183,7 @@ def test_learned_initial_state(cell_name, merge_name):
             np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4, err_msg=f"boundary state {k}")
 
 
+@pytest.mark.slow(reason="traces eager and graph with states, ~3 s")
 @pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
 def test_call_time_initial_state_list(cell_name, merge_name):
     """`initial_state=[forward states..., backward states...]` like Keras's;
@@ -212,6 +215,7 @@ def test_call_time_initial_state_list(cell_name, merge_name):
 # --- XLA -----------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="XLA compilation, ~4 s")
 @pytest.mark.parametrize(
     "cell_name, merge_name", [("simple_relu", "projection_softmax"), ("gru_reset_after", "none"), ("lstm", "sum")]
 )
@@ -223,6 +227,7 @@ def test_jit_compile_equals_eager(cell_name, merge_name):
     assert_all_close(compiled, case.oracle(MASK))
 
 
+@pytest.mark.slow(reason="XLA-compiled gradients, ~4 s")
 @pytest.mark.parametrize("training", TRAINING_MODES, ids=["bptt", "autodiff"])
 def test_jit_compile_gradients(training):
     case = make_case("simple_tanh", "projection_softmax", seed=9, return_sequences=False)
@@ -274,6 +279,7 @@ def _loop_variables(fn, *args) -> dict:
     return {phase: sorted(counts) for phase, counts in carried.items()}
 
 
+@pytest.mark.slow(reason="compiles every loop layout, ~14 s")
 @pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
 def test_graph_loop_layouts(compiled_loops, fused):
     """In a graph each direction is its own compiled loop (TensorFlow runs
@@ -325,6 +331,7 @@ def _training_loop_variables(layer) -> dict:
     return _loop_variables(gradients, *UNKNOWN_SIZES)
 
 
+@pytest.mark.slow(reason="XLA-compiles the training loops, ~15 s")
 @pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
 @pytest.mark.parametrize("cell", ["gru_reset_after", "gru_reset_before", "lstm", "simple_tanh"])
 def test_training_loop_reads(loop_settings, cell, fused):
@@ -348,6 +355,7 @@ def test_training_loop_reads(loop_settings, cell, fused):
         assert all(a < b for a, b in zip(in_step, ahead)), carried
 
 
+@pytest.mark.slow(reason="XLA-compiled BPTT, ~10 s")
 def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     """Inside XLA the LSTM with Keras's default activations keeps its gates'
     one-tanh activation and asks for that slice to be read one step ahead in
@@ -356,7 +364,7 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     carries one value more, the forward loops as many; without XLA every
     slice is read ahead either way. (Both paths' gradients against the
     oracle: test_training_loop_reads here, test_other_activations_match_oracle
-    in test_activations.py.)"""
+    in test_cells_activations.py.)"""
     def carried(**cell_kwargs):
         layer = kb.Bidirectional(kb.LSTMCell(U, **cell_kwargs), return_sequences=True)
         layer.build((None, None, 3))
@@ -372,6 +380,7 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     assert carried() == carried(recurrent_activation="hard_sigmoid")
 
 
+@pytest.mark.slow(reason="traces every inference loop, ~4 s")
 @pytest.mark.parametrize("limit", [0, 10**12], ids=["reads_ahead", "reads_in_step"])
 @pytest.mark.parametrize("cell", ["gru_reset_after", "lstm", "simple_tanh"])
 def test_inference_loop_variants(loop_settings, limit, cell):
@@ -389,6 +398,7 @@ def test_inference_loop_variants(loop_settings, limit, cell):
     assert_all_close(to_numpy(no_mask(case.x)), case.oracle(None))
 
 
+@pytest.mark.slow(reason="traces both inference loops, in XLA too, ~5 s")
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "inside_xla"])
 def test_unidirectional_inference_loops(loop_settings, jit_compile, reverse):

@@ -12,7 +12,7 @@ import keras_birnn as kb
 import reference as ref
 from birnn_cases import B, F, make_case
 from keras_birnn import bucketing
-from test_case import assert_all_close, run_python
+from helpers import assert_all_close, run_python
 
 # Below, on and just above bucket lengths (8, 12, 64 -> 96).
 LENGTHS = (1, 7, 8, 9, 65)
@@ -98,6 +98,7 @@ def _pad_time_calls(monkeypatch):
     return calls
 
 
+@pytest.mark.slow(reason="traces each path, ~3 s")
 @pytest.mark.parametrize(
     "how, bucketed",
     [("unknown_length", True), ("static_length", False), ("eager", False), ("xla_disabled", False),
@@ -126,6 +127,7 @@ def test_when_buckets_are_used(monkeypatch, how, bucketed):
     assert bool(calls) == bucketed
 
 
+@pytest.mark.slow(reason="compiles one loop per bucket, ~16 s")
 def test_one_compilation_per_bucket(tmp_path):
     """XLA compiles the loops once per bucket length: not again for another
     length in the same bucket, nor for another mask (a loop bound computed

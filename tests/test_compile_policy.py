@@ -12,8 +12,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 from keras_birnn import compile_policy
-from birnn_cases import CELLS, MASK, TRAINING_MODES, F, make_case, to_numpy
-from test_case import assert_all_close, run_python
+from birnn_cases import CELLS, TRAINING_MODES, F, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, run_python, to_numpy
 
 UNKNOWN = [tf.TensorSpec([None, None, F]), tf.TensorSpec([None, None], tf.bool)]
 
@@ -23,6 +23,7 @@ def _shapes(layer, training=None):
     return [s for s in shapes if training is None or s["training"] == training]
 
 
+@pytest.mark.slow(reason="gradients on both paths with XLA, ~10 s")
 @pytest.mark.parametrize("training", TRAINING_MODES)
 @pytest.mark.parametrize("cell_name", sorted(CELLS))
 def test_plain_then_compiled_gradients_match_oracle(cell_name, training):
@@ -50,6 +51,7 @@ def test_plain_then_compiled_outputs_match_oracle(cell_name, merge_name):
             assert _shapes(case.layer)[0]["compiled"] is compiled
 
 
+@pytest.mark.slow(reason="XLA compilation, ~4 s")
 def test_a_shape_is_compiled_at_its_nth_call():
     layer = kb.Bidirectional(kb.GRUCell(3), return_sequences=True)
     call = tf.function(lambda x, m: layer(x, mask=m), input_signature=UNKNOWN)
@@ -62,6 +64,7 @@ def test_a_shape_is_compiled_at_its_nth_call():
     assert set(layer.loop_report()["traced"]) == {"counted"}
 
 
+@pytest.mark.slow(reason="XLA compilation, ~2.5 s")
 @pytest.mark.parametrize("length, bucket", [(5, 8), (20, 24)])
 def test_auto_compiles_after_a_number_of_steps(monkeypatch, length, bucket):
     """By default a shape is compiled once the layer has run
@@ -80,6 +83,7 @@ def test_auto_compiles_after_a_number_of_steps(monkeypatch, length, bucket):
         assert (shape["time"], shape["calls"], shape["compiled"]) == (bucket, n, n >= threshold)
 
 
+@pytest.mark.slow(reason="compiles several shapes, ~5 s")
 def test_at_most_max_compiled_shapes():
     layer = kb.Bidirectional(kb.GRUCell(3), return_sequences=True)
     call = tf.function(lambda x: layer(x), input_signature=UNKNOWN[:1])
@@ -91,6 +95,7 @@ def test_at_most_max_compiled_shapes():
     assert {s["batch"]: s["calls"] for s in _shapes(layer)} == {1: 1, 2: 2, 3: 1, 4: 1}
 
 
+@pytest.mark.slow(reason="XLA compilation, ~2.5 s")
 def test_eager_calls_are_counted_and_exact():
     case = make_case("lstm", "sum", seed=3)
     with kb.compilation(compile_after=2):
@@ -122,6 +127,7 @@ def test_traced_path_is_reported(how, path):
     assert set(layer.loop_report()["traced"]) == {path}
 
 
+@pytest.mark.slow(reason="traces an export, ~4 s")
 def test_export_traces_fixed_loops(tmp_path):
     """A SavedModel cannot hold a layer's counts: saving traces the loops
     without them, and the reloaded model gives the same numbers."""

@@ -11,19 +11,8 @@ import tensorflow as tf
 import crf_reference as ref
 import keras_birnn as kb
 from keras_birnn import crf as crf_lib
-from test_case import assert_all_close
+from helpers import MASK_5x5_HOLES as MASK, assert_all_close
 
-# Rows: full, right padding, left padding, holes, fully masked.
-MASK = np.array(
-    [
-        [1, 1, 1, 1, 1],
-        [1, 1, 1, 0, 0],
-        [0, 0, 1, 1, 1],
-        [0, 1, 1, 0, 1],
-        [0, 0, 0, 0, 0],
-    ],
-    dtype=bool,
-)
 IOB2 = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
 
@@ -167,6 +156,7 @@ def test_gradients_match_finite_differences_of_the_oracle():
 # --- constraints ---------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="eager and graph for each constraint, ~3 s")
 def test_iob2_constraints_match_enumeration_over_allowed_paths():
     # Emissions push hard towards I- tags, which an unconstrained CRF would emit
     # at the start and after O.
@@ -246,6 +236,7 @@ def trained():
     return model, history, (x, y, mask)
 
 
+@pytest.mark.slow(reason="trains a model, ~9 s")
 def test_fit_decreases_loss_and_metrics_are_masked(trained):
     model, history, (x, y, mask) = trained
     assert history[-1] < 0.5 * history[0], history
@@ -257,6 +248,7 @@ def test_fit_decreases_loss_and_metrics_are_masked(trained):
     assert accuracy > 0.9
 
 
+@pytest.mark.slow(reason="saves and loads a model, ~6 s")
 def test_keras_round_trip_safe_mode(trained, tmp_path):
     model, _, (x, y, mask) = trained
     path = str(tmp_path / "crf_tagger.keras")
@@ -273,6 +265,7 @@ def test_keras_round_trip_safe_mode(trained, tmp_path):
     assert isinstance(crf, kb.CRF) and crf.tags == NAMES and crf.allowed_transitions == "iob2"
 
 
+@pytest.mark.slow(reason="exports a SavedModel, ~4 s")
 def test_export_saved_model_serves_the_decoded_tags(trained, tmp_path):
     model, _, _ = trained
     path = kb.export_saved_model(model, str(tmp_path / "tagger"))
@@ -290,6 +283,7 @@ def test_export_saved_model_serves_the_decoded_tags(trained, tmp_path):
     np.testing.assert_array_equal(full.numpy(), model.predict(x, verbose=0))
 
 
+@pytest.mark.slow(reason="builds under two policies, ~3 s")
 def test_mixed_precision_recursion_in_float32():
     x, y, mask = synthetic_batch(rows=8, seed=1)
     try:
@@ -324,6 +318,7 @@ def test_float64_policy_runs_in_float64(float64_policy):
     np.testing.assert_allclose(nll.numpy(), ref.nll(oracle_e, tags, MASK, *oracle_params), atol=1e-12)
 
 
+@pytest.mark.slow(reason="XLA compilation, ~4 s")
 def test_xla_jit_compile_on_fixed_shapes():
     e, tags, params, oracle_e, oracle_params = random_case(4, seed=8)
     crf = built_crf(4, params)

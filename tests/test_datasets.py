@@ -15,13 +15,8 @@ from keras_birnn.datasets import (
     read_polarity,
     split_held_out,
 )
+from helpers import CONLL2000, CONLL2002, EWT, POLARITY
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
-EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
-POLARITY = os.path.join(SHARED_DATA, "sentence_polarity")
-CONLL2002 = os.path.join(SHARED_DATA, "conll2002_spanish")
-CONLL2000 = os.path.join(SHARED_DATA, "conll2000_chunking")
 
 # Two sentences verbatim from UD English EWT r2.15 train (CC BY-SA 4.0): the
 # first has a multiword-token range (1-2), the second an empty node (8.1).

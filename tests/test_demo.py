@@ -102,6 +102,7 @@ def _parse_table(text):
     return table
 
 
+@pytest.mark.slow(reason="the small_run fixture trains the demo's models, ~12 s")
 def test_printed_table_equals_accuracies_recomputed_from_the_models(small_run):
     result, text, _ = small_run
     table = _parse_table(text)
@@ -128,6 +129,7 @@ def test_printed_table_equals_accuracies_recomputed_from_the_models(small_run):
     assert table["GRU"]["params"] == 3 * (8 + 8 * 8 + 2 * 8) + 8 * 2 + 2
 
 
+@pytest.mark.slow(reason="the small_run fixture trains the demo's models, ~12 s")
 def test_bigru_is_near_perfect_at_boundaries_and_the_gru_is_not(small_run):
     table = _parse_table(small_run[1])
     assert table["BiGRU"]["boundary"] >= 97.0
@@ -137,6 +139,7 @@ def test_bigru_is_near_perfect_at_boundaries_and_the_gru_is_not(small_run):
     assert table["GRU"]["boundary"] <= table["BiGRU"]["boundary"] - 5.0
 
 
+@pytest.mark.slow(reason="the small_run fixture trains the demo's models, ~12 s")
 def test_exported_savedmodel_predicts_what_the_keras_model_predicts(small_run):
     result, text, out = small_run
     assert result.export_path == os.path.join(str(out), "run_of_ones", "1")

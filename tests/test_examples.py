@@ -6,7 +6,6 @@ The full runs are not here; their commands and results are in the README.
 """
 
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -16,31 +15,10 @@ import sys
 import numpy as np
 import pytest
 
-from test_case import REPO, run_python
+from helpers import EWT, POLARITY, load_example, quietly, run_python
 
-SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
-EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
-POLARITY = os.path.join(SHARED_DATA, "sentence_polarity")
 needs_ewt = pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 needs_polarity = pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")
-
-
-def load_example(name):
-    """Imports examples/<name>.py once per session."""
-    module_name = f"keras_birnn_example_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, os.path.join(REPO, "examples", f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
-
-def quietly(fn, *args):
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        result = fn(*args)
-    return result, text.getvalue()
 
 
 # --- book_figures --------------------------------------------------------------------------
@@ -115,6 +93,7 @@ def pos_run(tmp_path_factory):
     return pos, result, text
 
 
+@pytest.mark.slow(reason="the pos_run fixture trains every tagger variant, ~37 s")
 @needs_ewt
 def test_pos_tagger_trains_every_variant(pos_run):
     _, result, text = pos_run
@@ -138,6 +117,7 @@ def test_pos_tagger_trains_every_variant(pos_run):
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow(reason="the pos_run fixture trains every tagger variant, ~37 s")
 @needs_ewt
 def test_pos_tagger_savedmodel_serves_strings_to_tags_in_a_fresh_process(pos_run):
     pos, result, _ = pos_run
@@ -171,6 +151,7 @@ def test_pos_tagger_savedmodel_serves_strings_to_tags_in_a_fresh_process(pos_run
         np.testing.assert_allclose(np.array(served["probabilities"][row])[:n], keras_probs[row, :n], atol=1e-5)
 
 
+@pytest.mark.slow(reason="the pos_run fixture trains every tagger variant, ~37 s")
 @needs_ewt
 def test_pos_tagger_litert_takes_device_ids_and_equals_keras(pos_run):
     """The .tflite tagger (builtin ops only) on ids computed in plain Python
@@ -230,6 +211,7 @@ def test_pos_flags(tmp_path):
 # --- sentence_classification ----------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="trains every head, ~34 s")
 @needs_polarity
 def test_sentence_classification_trains_each_head():
     sent = load_example("sentence_classification")
@@ -258,6 +240,7 @@ def test_sentence_split_is_fixed_seeded_and_disjoint():
 # --- merge_modes -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="trains models, ~12 s")
 def test_merge_modes_sum_cannot_tell_a_sequence_from_its_reverse():
     merge = load_example("merge_modes")
     result, text = quietly(merge.run, ["--sections", "merge,stack", "--samples", "128", "--length", "6",
@@ -274,6 +257,7 @@ def test_merge_modes_sum_cannot_tell_a_sequence_from_its_reverse():
     assert (stack["first"], stack["second"], stack["width"]) == (37_248, 74_112, 128)
 
 
+@pytest.mark.slow(reason="trains models, ~44 s")
 def test_merge_modes_ensemble_and_cells_train():
     merge = load_example("merge_modes")
     result, _ = quietly(merge.run, ["--sections", "cells,ensemble", "--samples", "96", "--length", "8",

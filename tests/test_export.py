@@ -26,7 +26,7 @@ from keras_birnn.export import (
     check_graph_ops,
     next_version,
 )
-from test_case import REPO, run_python
+from helpers import REPO, run_python
 
 VOCAB, TAGS, FEATURES = 30, 5, 3
 # Two batch sizes and time sizes; each has full rows and right-padded rows.
@@ -199,10 +199,12 @@ def served(processes):
     return json.loads(processes["server"].strip().splitlines()[-1])
 
 
+@pytest.mark.slow(reason="the served fixture starts a server process, ~27 s")
 def test_server_process_never_imports_keras_birnn(served):
     assert served["keras_birnn_imported"] is False
 
 
+@pytest.mark.slow(reason="the served fixture starts a server process, ~27 s")
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
 def test_served_outputs_equal_keras_for_two_batch_and_time_sizes(served, kind):
     diffs = {k: v for k, v in served["max_diff"].items() if k.startswith(kind)}
@@ -211,6 +213,7 @@ def test_served_outputs_equal_keras_for_two_batch_and_time_sizes(served, kind):
         assert diff <= 1e-5, (key, diff)
 
 
+@pytest.mark.slow(reason="the served fixture starts a server process, ~27 s")
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
 def test_signature_names_are_the_documented_ones(served, kind):
     assert served["signatures"][kind] == {
@@ -219,6 +222,7 @@ def test_signature_names_are_the_documented_ones(served, kind):
     }
 
 
+@pytest.mark.slow(reason="the served fixture starts a server process, ~27 s")
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
 def test_graph_has_only_registered_core_ops_and_no_forbidden_ones(served, kind):
     ops = set(served["ops"][kind])
@@ -233,6 +237,7 @@ def test_graph_has_only_registered_core_ops_and_no_forbidden_ones(served, kind):
     assert "MatMul" in ops or "Einsum" in ops
 
 
+@pytest.mark.slow(reason="the processes fixture starts saved_model_cli and a server, ~15 s and more in children")
 def test_saved_model_cli_show_all(processes):
     out = processes["show"]
     for needle in (
@@ -243,6 +248,7 @@ def test_saved_model_cli_show_all(processes):
         assert needle in out, needle
 
 
+@pytest.mark.slow(reason="the processes fixture starts saved_model_cli and a server, ~15 s and more in children")
 @pytest.mark.parametrize("kind", ["tagger", "classifier"])
 def test_saved_model_cli_run_matches_keras(exported, processes, kind):
     root, _ = exported
@@ -256,6 +262,7 @@ def test_saved_model_cli_run_matches_keras(exported, processes, kind):
 # --- in-process checks of the design ----------------------------------------------
 
 
+@pytest.mark.slow(reason="exports and serves a model, ~6 s")
 def test_masking_layer_input_gets_its_mask_value_in_padded_slots(tmp_path):
     """A model starting with Masking(mask_value=-1) masks via its own marker."""
     model = keras.Sequential(
@@ -298,6 +305,7 @@ def test_model_that_drops_the_mask_is_refused(tmp_path):
     )
 
 
+@pytest.mark.slow(reason="exports twice, ~4 s")
 def test_versions_count_up_and_existing_ones_are_kept(tmp_path):
     base = tmp_path / "clf"
     assert next_version(base) == 1
@@ -343,6 +351,7 @@ def test_graph_check_rejects_python_callbacks_and_xla_clusters(tmp_path):
     assert {"Mul", "Placeholder"} <= check_graph_ops(str(tmp_path / "plain"))
 
 
+@pytest.mark.slow(reason="exports with and without XLA, ~12 s")
 def test_keras_model_export_under_xla_disabled_has_no_xla_and_serves_the_same(tmp_path):
     """Keras's own `model.export()` traces the layers as they are: with the
     XLA-compiled loops, which a model server without XLA cannot run (the
@@ -362,6 +371,7 @@ def test_keras_model_export_under_xla_disabled_has_no_xla_and_serves_the_same(tm
     np.testing.assert_allclose(np.asarray(loaded.serve(tokens)), np.asarray(model(tokens)), atol=1e-6)
 
 
+@pytest.mark.slow(reason="a fresh Python process, ~15 s")
 def test_loading_an_export_prints_no_warning(tmp_path):
     """A serving graph holds the forward pass only: loading it prints
     nothing (no "unsaved custom gradients" warning for the training path's

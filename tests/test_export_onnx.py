@@ -23,7 +23,10 @@ from tf2onnx import tf_loader  # noqa: E402
 
 # Keras notes that the outer model keeps no mask when the reference calls
 # pass `mask=`; irrelevant here.
-pytestmark = pytest.mark.filterwarnings("ignore:Layer 'functional.*was passed an input with a mask:UserWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Layer 'functional.*was passed an input with a mask:UserWarning"),
+    pytest.mark.slow(reason="every test converts with tf2onnx and runs onnxruntime, 12-130 s each"),
+]
 
 
 def _session(path, signature):

@@ -12,28 +12,10 @@ import pytest
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import CELLS, MASK, B, F, T, U, make_case, to_numpy
-from test_case import assert_all_close, in_graph
+from birnn_cases import CELLS, B, F, T, U, make_case
+from helpers import MASK_4x6 as MASK, PADDING_PATTERNS_4x6 as PATTERNS, assert_all_close, in_graph, to_numpy
 
 DIAGONAL = list(zip(CELLS, ["projection_softmax", "concat", "none", "sum", "projection_softmax"]))
-
-PATTERNS = {
-    "right": np.arange(T)[None, :] < np.array([T, 4, 2, 1])[:, None],
-    "left": np.arange(T)[None, :] >= np.array([0, 2, 3, 5])[:, None],
-    "holes": np.array(
-        [[1, 0, 1, 1, 0, 1], [1, 1, 0, 0, 1, 1], [0, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 0]], bool
-    ),
-    "fully_masked": np.array(
-        [[0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1]], bool
-    ),
-    # Steps masked in every row (a batch padded beyond its longest row, on
-    # both sides): the loops skip them (`recurrence.timeloop._span`).
-    "beyond_longest": np.array(
-        [[0, 1, 1, 1, 0, 0], [0, 1, 1, 0, 0, 0], [0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]], bool
-    ),
-    "none_valid": np.zeros((B, T), bool),
-}
-
 
 def _with_garbage(x, mask, values):
     """`x` with the padded positions overwritten by `values` (cycled)."""
@@ -111,6 +93,7 @@ def test_padding_invariance_against_the_layer_on_unpadded_rows(return_sequences)
     _check_rows(case, x, mask, out, fw_states + bw_states, lambda b: _outputs(case.layer, x[b:b + 1, mask[b]]))
 
 
+@pytest.mark.slow(reason="outputs and gradients in eager and graph, ~5.5 s")
 @pytest.mark.parametrize("mask_name", ["mixed", "beyond_longest"])
 @pytest.mark.parametrize("cell_name, merge_name", DIAGONAL)
 def test_nan_and_inf_in_padding_reach_no_output_or_gradient(cell_name, merge_name, mask_name):
@@ -149,39 +132,6 @@ def test_nan_and_inf_in_padding_reach_no_output_or_gradient(cell_name, merge_nam
         case.assert_grads_match(clean_grads, case.oracle_grads(d_output, mask))
 
 
-@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
-@pytest.mark.parametrize("cell_name", list(CELLS))
-def test_recurrent_rows_within_their_own_length(cell_name, reverse):
-    """kb.Recurrent: outputs aligned with input positions; reverse=True
-    reads each row right to left within its own valid steps (unlike Keras's
-    go_backwards), like the oracle run on the row's valid slice."""
-    cell, cell_kwargs, factory = CELLS[cell_name]
-    layer = kb.Recurrent(factory(U), reverse=reverse, return_sequences=True, return_state=True)
-    layer.build((None, None, F))
-    params = {k: getattr(layer.cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
-    x = np.random.default_rng(13).normal(size=(B, T, F)).astype(np.float32)
-    for name, mask in PATTERNS.items():
-        y, *states = to_numpy(layer(x, mask=mask))
-        for b in range(B):
-            valid = mask[b]
-            if not valid.any():
-                assert np.all(y[b] == 0.0)
-                continue
-            alone, final = ref.run_direction(cell, params, x[b:b + 1, valid], reverse=reverse, **cell_kwargs)
-            np.testing.assert_allclose(y[b, valid], alone[0], atol=1e-5, rtol=1e-5, err_msg=name)
-            assert np.all(y[b, ~valid] == 0.0)
-            for s, s_ref in zip(states, final):
-                np.testing.assert_allclose(s[b], s_ref[0], atol=1e-5, rtol=1e-5, err_msg=name)
-    # Aligned, not flipped: with right padding, the reverse output at the
-    # first position has read the whole row, and equals the final state.
-    if reverse:
-        y, *states = to_numpy(layer(x, mask=PATTERNS["right"]))
-        np.testing.assert_allclose(y[:, 0], states[0], atol=1e-6)
-    sentence = kb.Recurrent(layer.cell, reverse=reverse)
-    full, final = ref.run_direction(cell, params, x, reverse=reverse, **cell_kwargs)
-    np.testing.assert_allclose(sentence(x), final[0], atol=1e-5, rtol=1e-5)
-
-
 def test_embedding_mask_zero_in_functional_model():
     """The mask of Embedding(mask_zero=True) reaches kb.Bidirectional."""
     case = make_case("gru_reset_after", "projection_softmax", seed=14, return_sequences=True)
@@ -197,6 +147,7 @@ def test_embedding_mask_zero_in_functional_model():
     assert np.abs(case.oracle(None, x=x) - expected).max() > 1e-3  # the mask matters
 
 
+@pytest.mark.slow(reason="builds and runs a functional model, ~4 s")
 def test_keras_masking_layer_in_functional_model():
     case = make_case("lstm", "concat", seed=15, return_sequences=False, return_state=True)
     x = case.x.copy()
@@ -212,6 +163,7 @@ def test_keras_masking_layer_in_functional_model():
     assert_all_close(model.predict(x, verbose=0), expected)
 
 
+@pytest.mark.slow(reason="builds and runs a functional model, ~4.5 s")
 def test_mask_propagates_through_two_stacked_layers_to_pooling():
     """Embedding(mask_zero) -> BiGRU -> BiLSTM -> GlobalAveragePooling1D: the
     second layer and the pooling both see the mask (seed 000's stacking and
@@ -270,6 +222,7 @@ def test_integer_mask_is_accepted():
     assert_all_close(case.layer(case.x, mask=MASK.astype(np.int32)), expected)
 
 
+@pytest.mark.slow(reason="eager and graph with a projection, ~2.5 s")
 def test_directional_projection_alone_keeps_the_mask():
     """kb.DirectionalProjection after merge_mode=None (seed 001's y_t =
     V_f h_f + V_b h_b + c): padded positions give zeros, not activation(c),

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import keras_birnn as kb
 from birnn_cases import F, make_case
-from test_case import assert_all_close, keras_round_trip
+from helpers import assert_all_close, keras_round_trip
 
 ITEMS, ELEMENTS = 3, 5
 UNKNOWN = [tf.TensorSpec([None, None, None, F]), tf.TensorSpec([None, None, None], tf.bool)]
@@ -52,6 +52,7 @@ def test_outputs_match_oracle(cell_name, merge_name, graph):
     np.testing.assert_array_equal(nested.compute_mask(x, mask).numpy(), mask.any(axis=-1))
 
 
+@pytest.mark.slow(reason="gradients on both routes, ~6 s")
 @pytest.mark.parametrize("training", [True, None])
 def test_gradients_equal_the_reshape_route(training):
     """Weights' and inputs' gradients against the encoder called on the
@@ -86,6 +87,7 @@ def test_without_mask_every_item_is_encoded():
     assert_all_close(outputs.numpy(), _oracle(case, x, np.ones((2, ITEMS, ELEMENTS), bool)))
 
 
+@pytest.mark.slow(reason="trains and saves a model, ~12 s")
 def test_character_model_trains_and_round_trips(tmp_path):
     chars = keras.Input((None, None), dtype="int32")
     x = keras.layers.Embedding(20, 4, mask_zero=True)(chars)

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
-from head_cases import B, F, MASK, T, U, bidirectional, extra_padding, padded_inputs
-from test_case import assert_all_close, in_graph, keras_round_trip
+from head_cases import B, F, T, U, bidirectional, extra_padding, padded_inputs
+from helpers import MASK_5x6 as MASK, assert_all_close, in_graph, keras_round_trip
 
 # --- NumPy oracles of the heads ----------------------------------------------
 
@@ -195,6 +195,7 @@ def test_pooling_without_mask_uses_every_position():
     assert_all_close(kb.FinalStatePooling()([seq, -seq]), np.concatenate([seq[:, -1], -seq[:, 0]], -1), atol=0)
 
 
+@pytest.mark.slow(reason="saves, reloads and trains each head, ~5 s")
 @pytest.mark.parametrize("kind", HEADS)
 def test_head_keras_round_trip_and_one_fit_step(kind, tmp_path):
     model, oracle = head_model(kind)
@@ -247,6 +248,7 @@ def np_masked_scores(probs, labels, mask):
     return loss, accuracy
 
 
+@pytest.mark.slow(reason="trains a tagging head, ~5 s")
 def test_tagging_head_loss_and_metrics_exclude_padding():
     model = tagger()
     tokens, labels = tagging_batch()

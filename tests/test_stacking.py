@@ -9,8 +9,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from head_cases import B, F, MASK, extra_padding, f32, padded_inputs
-from test_case import assert_all_close, in_graph, keras_round_trip
+from head_cases import B, F, extra_padding, padded_inputs
+from helpers import MASK_5x6 as MASK, assert_all_close, f32, in_graph, keras_round_trip
 
 
 def test_seed_exercise_two_stacked_bigrus():
@@ -124,7 +124,7 @@ def test_every_layer_keeps_a_user_activation():
     """Each layer (both directions) is a copy of the template cell that keeps
     its function: an unregistered user function, which a copy made through
     a saved config would lose."""
-    from test_activations import SIGMOID_2X, SOFTER_TANH, sigmoid, softer_tanh
+    from test_cells_activations import SIGMOID_2X, SOFTER_TANH, sigmoid, softer_tanh
 
     template = kb.GRUCell(4, activation=softer_tanh, recurrent_activation=sigmoid)
     oracle_kwargs = {"activation": SOFTER_TANH, "recurrent_activation": SIGMOID_2X}
@@ -209,6 +209,7 @@ def test_summary_table_needs_a_width():
         kb.stacked_bidirectional("gru", units=(4,)).summary_table()
 
 
+@pytest.mark.slow(reason="saves, reloads and trains a stack, ~15 s")
 def test_stack_keras_round_trip_and_one_fit_step(tmp_path):
     stack, oracle = stack_with_oracle("gru", (4, 4), residual=True, layer_norm=True, dropout=0.25)
     inputs = keras.Input((None, F))
@@ -238,6 +239,7 @@ def test_stack_keras_round_trip_and_one_fit_step(tmp_path):
     assert np.all(np.isfinite(after)) and not np.allclose(after, before)
 
 
+@pytest.mark.slow(reason="a fit step against the oracle, ~6 s")
 def test_fit_step_loss_matches_oracle_without_dropout():
     stack, oracle = stack_with_oracle("gru", (4, 4), merge_mode="sum", return_sequences=False)
     inputs = keras.Input((None, F))

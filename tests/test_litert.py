@@ -66,6 +66,7 @@ def _floats(rng, T):
     return rng.normal(size=(B, T, F)).astype(np.float32)
 
 
+@pytest.mark.slow(reason="one LiteRT conversion per cell and merge mode, ~12 s each")
 @pytest.mark.parametrize("cell", sorted(CELLS))
 def test_cells_and_merge_modes(cell, tmp_path):
     inp = keras.Input((None, F))
@@ -73,6 +74,7 @@ def test_cells_and_merge_modes(cell, tmp_path):
     _check(model, _convert(model, tmp_path, cell), _floats)
 
 
+@pytest.mark.slow(reason="LiteRT conversions, ~11 s")
 def test_boundary_states_and_sentence_outputs(tmp_path):
     """Sequence-level outputs run with the row compaction off for LiteRT,
     an empty row among them."""
@@ -81,6 +83,7 @@ def test_boundary_states_and_sentence_outputs(tmp_path):
     _check(model, _convert(model, tmp_path, "states"), _floats)
 
 
+@pytest.mark.slow(reason="LiteRT conversions of every head and a stack, ~14 s")
 def test_pooling_heads_and_stack(tmp_path):
     inp = keras.Input((None, F))
     model = randomize(keras.Model(inp, heads_and_stacks(inp)))
@@ -112,6 +115,7 @@ def test_integer_ids_with_lengths(tmp_path):
     _check(model, interpreter, _ids, reference=reference)
 
 
+@pytest.mark.slow(reason="LiteRT conversion, ~3.5 s; test_integer_ids_with_lengths stays fast")
 def test_integer_ids_padded_with_zeros_without_lengths(tmp_path):
     model = _ids_model()
     interpreter = _convert(model, tmp_path, "ids_only", lengths=False)
@@ -126,6 +130,7 @@ def test_integer_ids_padded_with_zeros_without_lengths(tmp_path):
         np.testing.assert_allclose(got[1], sentence, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow(reason="LiteRT conversion, ~2 s")
 def test_without_lengths_every_step_is_valid(tmp_path):
     inp = keras.Input((None, F))
     model = randomize(keras.Model(inp, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)))
@@ -186,6 +191,7 @@ class _Igamma(keras.layers.Layer):
         return tf.math.igamma(tf.abs(x) + 1.0, tf.abs(x) + 1.0)
 
 
+@pytest.mark.slow(reason="LiteRT conversion, ~2 s")
 def test_a_user_layer_with_a_non_builtin_op_is_named(tmp_path):
     """No silent fallback to Flex: the error names the op and its layer."""
     inp = keras.Input((None, F))
@@ -220,6 +226,7 @@ def _words_and_chars(rng, valid):
     return words, chars.astype(np.int32)
 
 
+@pytest.mark.slow(reason="LiteRT conversion, ~5 s")
 def test_several_inputs_right_left_padding_and_holes(tmp_path):
     model = _words_and_chars_model()
     path = kb.export_tflite(model, str(tmp_path / "tagger.tflite"), batch_size=B, lengths=False)

@@ -131,6 +131,7 @@ def test_float32_variables_low_precision_loop_outputs_close_to_float32(name, pol
         assert np.all(np.asarray(outputs[0])[~mask] == 0)
 
 
+@pytest.mark.slow(reason="gradients under each policy, ~4 s")
 def test_bptt_gradients_close_to_float32(policy):
     """The training path (hand-written BPTT, `training=True`) in low precision:
     every variable's gradient within 16 u of the float32 one, relative to
@@ -158,6 +159,7 @@ def test_bptt_gradients_close_to_float32(policy):
         assert error <= 16 * UNIT_ROUNDOFF[policy] * scale, (variable.path, error, scale)
 
 
+@pytest.mark.slow(reason="trains a model, ~9 s")
 def test_fit_lowers_the_loss(policy):
     """model.fit under the policy: a low-precision projection tagger with the
     softmax in float32 (Keras's mixed-precision advice). Under mixed_float16

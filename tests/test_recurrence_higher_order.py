@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
+from helpers import MASK_3x5 as MASK
 
 B, T, F, U = 3, 5, 2, 3
 
@@ -29,8 +30,6 @@ CELLS = {
     "lstm": (lambda: kb.LSTMCell(U), lambda: keras.layers.LSTM(U, return_sequences=True)),
     "simple": (lambda: kb.SimpleRNNCell(U), lambda: keras.layers.SimpleRNN(U, return_sequences=True)),
 }
-# Right padding, left padding with a hole, full.
-MASK = np.array([[1, 1, 1, 0, 0], [0, 1, 0, 1, 1], [1, 1, 1, 1, 1]], bool)
 
 
 pytestmark = pytest.mark.usefixtures("float64_policy")  # conftest.py
@@ -76,6 +75,7 @@ def _assert_all_close(actual, expected, atol=1e-10, rtol=1e-8):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), atol=atol, rtol=rtol)
 
 
+@pytest.mark.slow(reason="second-order gradients of every cell, 10-20 s each")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("cell_name", list(CELLS))
 def test_gradient_penalty_matches_keras(cell_name, graph):
@@ -104,6 +104,7 @@ def _assert_penalty_gradients_match_central_differences(layer, x, mask, graph, v
             np.testing.assert_allclose(float(grad[index]), numeric, atol=1e-7, rtol=1e-6, err_msg=variable.path)
 
 
+@pytest.mark.slow(reason="central differences of a second-order gradient, ~15 s")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 def test_gradient_penalty_with_padding_against_central_differences(graph):
     """Masked rows (right padding, left padding with a hole): Keras's
@@ -113,6 +114,7 @@ def test_gradient_penalty_with_padding_against_central_differences(graph):
     _assert_penalty_gradients_match_central_differences(ours, x, tf.constant(MASK), graph, paths)
 
 
+@pytest.mark.slow(reason="second-order gradients through a stack, ~10 s")
 def test_gradient_penalty_through_a_stack_with_layer_norm_and_residuals():
     """Keras's own LayerNormalization (tf.nn.moments stops the mean's
     gradient inside the variance) gets second derivatives wrong for every
@@ -138,6 +140,7 @@ def test_persistent_tape_asked_twice_matches_keras():
     _assert_all_close(*results)
 
 
+@pytest.mark.slow(reason="traces second-order gradients of the loops twice, ~30 s")
 @pytest.mark.parametrize("cell_name", ["gru", "lstm"])
 def test_second_order_in_a_graph_with_unknown_batch_and_time(cell_name):
     """A persistent tape and a gradient penalty inside a `tf.function`
@@ -176,6 +179,7 @@ def test_second_order_in_a_graph_with_unknown_batch_and_time(cell_name):
     assert all(float(tf.reduce_max(tf.abs(g))) == 0 for g in empty)
 
 
+@pytest.mark.slow(reason="forward mode in eager and graph per cell, ~4 s")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("cell_name", ["gru", "lstm"])
 def test_forward_mode_jvp_matches_keras(cell_name, graph):
@@ -191,6 +195,7 @@ def test_forward_mode_jvp_matches_keras(cell_name, graph):
     _assert_all_close([_maybe_graph(lambda: jvp(ours), graph)()], [expected])
 
 
+@pytest.mark.slow(reason="forward mode against the gradient, ~4.5 s")
 def test_forward_mode_jvp_with_padding_is_the_adjoint_of_the_gradient():
     """<J v, u> = <v, J^T u>, with J^T u the first-order BPTT's input
     gradient (checked against the NumPy oracle elsewhere)."""
@@ -211,6 +216,7 @@ def test_forward_mode_jvp_with_padding_is_the_adjoint_of_the_gradient():
     np.testing.assert_array_equal(np.asarray(jvp)[~MASK], 0.0)  # padding outputs zeros, so no tangent
 
 
+@pytest.mark.slow(reason="forward-over-backward second order, ~7 s")
 def test_hessian_vector_product_forward_over_backward_matches_keras():
     ours, theirs, x = _pair("lstm", seed=7)
     target = tf.constant(np.random.default_rng(8).normal(size=(B, T, 2 * U)))

@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from head_cases import F, MASK, U, bidirectional, extra_padding, padded_inputs
-from test_case import keras_round_trip
+from head_cases import F, U, bidirectional, extra_padding, padded_inputs
+from helpers import MASK_5x6 as MASK, keras_round_trip
 
 # --- figure 17-5: program 095 (a BiGRU, hidden 3) -----------------------------
 
@@ -118,6 +118,7 @@ def test_direction_norms_match_numpy_on_padded_batch(cell):
     )
 
 
+@pytest.mark.slow(reason="traces every model kind for unknown sizes, ~12 s")
 def test_direction_states_in_graph_with_unknown_batch_and_time():
     bi, oracle = bidirectional("gru", return_sequences=True)
     x = padded_inputs(seed=2)
@@ -152,6 +153,7 @@ def test_direction_states_are_the_call_s_directions_and_not_counted():
 # --- projection contributions -------------------------------------------------------
 
 
+@pytest.mark.slow(reason="~3 s; test_direction_norms_match_numpy_on_padded_batch stays fast")
 def test_direction_contributions_sum_to_the_pre_activation():
     bi, oracle = bidirectional(
         "gru", merge_mode="projection", projection_units=5, projection_activation="softmax", return_sequences=True
@@ -186,6 +188,7 @@ def tokens_batch(vocab=9):
     return tokens
 
 
+@pytest.mark.slow(reason="builds every model and stack, ~9 s")
 def test_models_and_stacks(tmp_path):
     tokens = tokens_batch()
     inputs = keras.Input((None,), dtype="int32")

@@ -25,7 +25,7 @@ import tensorflow as tf
 import keras_birnn as kb
 from keras_birnn.demo import build_bigru
 from keras_birnn.export import SIGNATURE_DEFAULT
-from test_case import REPO
+from helpers import REPO
 
 DEPLOY_MD = os.path.join(REPO, "docs", "deploy.md")
 ROW, COLUMNAR = "row", "columnar"

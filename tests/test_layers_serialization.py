@@ -10,8 +10,8 @@ import pytest
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import CELLS, MASK, B, F, T, U, make_case, to_numpy
-from test_case import assert_all_close, keras_round_trip, run_python
+from birnn_cases import CELLS, B, F, T, U, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, keras_round_trip, run_python, to_numpy
 
 X = np.random.default_rng(20).normal(size=(B, T, F)).astype(np.float32)
 
@@ -177,6 +177,7 @@ def _padded_inputs():
     return x
 
 
+@pytest.mark.slow(reason="saves and loads every layer, ~16 s")
 def test_keras_file_round_trip_safe_mode(tmp_path):
     model = _every_layer_model()
     x = _padded_inputs()
@@ -199,6 +200,7 @@ def test_keras_file_round_trip_safe_mode(tmp_path):
     np.testing.assert_allclose(tagger(x, mask=mask), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow(reason="a fresh Python process, ~15 s")
 def test_keras_file_loads_in_a_fresh_process(tmp_path):
     """Registration happens at `import keras_birnn`: a new interpreter loads
     the file with safe_mode=True and no custom_objects."""
@@ -227,6 +229,7 @@ def test_keras_file_loads_in_a_fresh_process(tmp_path):
 # --- training -----------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="a fit step against the oracle, ~4 s; the config round trips stay fast")
 def test_fit_one_sgd_step_is_the_oracle_gradient_step():
     """model.fit (compiled, training=True) moves every weight by
     -lr * dL/dW, with dL/dW from the oracle's BPTT."""
@@ -256,6 +259,7 @@ def test_fit_one_sgd_step_is_the_oracle_gradient_step():
     assert max(np.abs(g).max() for g in expected_grads) > 1e-3
 
 
+@pytest.mark.slow(reason="trains a model, ~11 s")
 def test_fit_decreases_the_loss():
     """Two fit steps run; then ~20 steps on the same fixed batch lower the loss."""
     rng = np.random.default_rng(25)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import keras_birnn as kb
-from test_case import assert_all_close, in_graph
+from helpers import assert_all_close, in_graph
 
 B, T, F, U = 4, 6, 3, 4
 
@@ -77,6 +77,7 @@ def test_outputs_and_states_match_keras(cell_name, merge_mode):
         assert np.abs(expected[0] - unmasked[0]).max() > 1e-3
 
 
+@pytest.mark.slow(reason="traces both layers, ~3.5 s")
 @pytest.mark.parametrize("cell_name", list(CELLS))
 def test_matches_keras_in_graph_without_return_state(cell_name):
     """Plain output structure (a pair for merge_mode=None) and a graph run

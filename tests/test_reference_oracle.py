@@ -14,22 +14,12 @@ import pytest
 # Import the sibling module whether or not tests/ is a package.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
+from helpers import MASK_5x5_ONE_HOLE as MASK  # noqa: E402
 
 EPS = 1e-6
 RTOL = 1e-6
 ATOL = 1e-8  # FD round-off floor for entries that are (near) zero
 
-# Rows: full, right padding, left padding, a hole, fully masked.
-MASK = np.array(
-    [
-        [1, 1, 1, 1, 1],
-        [1, 1, 1, 0, 0],
-        [0, 0, 1, 1, 1],
-        [1, 1, 0, 1, 1],
-        [0, 0, 0, 0, 0],
-    ],
-    dtype=bool,
-)
 
 CELLS = {
     "simple_tanh": ("simple", {"activation": "tanh"}),

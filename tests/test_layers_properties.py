@@ -23,12 +23,14 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import keras_birnn as kb
 import reference as ref
+from helpers import f32 as _f32
 from keras_birnn.masking import reverse_within_lengths
 
 F, U, P = 3, 4, 5
@@ -140,10 +142,6 @@ class Weights(NamedTuple):
         return weights
 
 
-def _f32(params):
-    return {k: None if v is None else np.asarray(v, np.float32) for k, v in params.items()}
-
-
 def weights_for(ex: Example, rng) -> Weights:
     reset_after = ex.cell_kwargs.get("reset_after", True)
     fw = _f32(ref.random_params(ex.cell, F, U, rng, reset_after=reset_after))
@@ -226,6 +224,7 @@ def _swap_halves(ex: Example, out):
     return out  # sum, mul, ave; the projection swaps V_f and V_b with the weights
 
 
+@pytest.mark.slow(reason="Hypothesis examples, ~3 s; test_padding_invariance stays fast")
 @PROPERTY
 @given(examples(), st.booleans())
 def test_reversal_symmetry(ex, return_sequences):
@@ -293,6 +292,7 @@ def _oracle_grads(ex, w, x, d_out, return_sequences):
     return flat + [g["x"]]
 
 
+@pytest.mark.slow(reason="Hypothesis examples on the longest shapes, ~12 s")
 @PROPERTY
 @given(examples(shapes=SHAPES[-1:]), st.booleans(), st.booleans())
 def test_padding_never_leaks_into_outputs_or_gradients(ex, return_sequences, training):
@@ -331,6 +331,7 @@ def _boundaries(valid):
     return (idx[-1], idx[0]) if idx.size else (None, None)
 
 
+@pytest.mark.slow(reason="Hypothesis examples, ~3.5 s; test_padding_invariance stays fast")
 @PROPERTY
 @given(examples())
 def test_return_state_is_the_output_at_the_boundary_positions(ex):

@@ -5,7 +5,7 @@ NumPy oracle. Refusals come with a positive control in the same test or
 its neighbour (the same call with a valid input gives the oracle's
 numbers), so a test cannot pass by everything failing.
 
-tests/test_errors.py holds the constructor and call-argument messages;
+tests/test_layers_errors.py holds the constructor and call-argument messages;
 this file covers what it does not: sizes known only at run time (graphs),
 dtypes that are accepted and cast, lengths, empty batches and sequences,
 Keras's own RNN arguments, and tampered `.keras` files.
@@ -23,9 +23,9 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import MASK, B, F, T, U, make_case, to_numpy
+from birnn_cases import B, F, T, U, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, in_graph, to_numpy
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
-from test_case import assert_all_close, in_graph
 
 RNG = np.random.default_rng(70)
 X = RNG.normal(size=(B, T, F)).astype(np.float32)
@@ -39,6 +39,7 @@ def _graph(layer, signature, **call_kwargs):
 # --- wrong rank, feature size --------------------------------------------------------
 
 
+@pytest.mark.slow(reason="~3 s")
 def test_unknown_rank_is_refused_by_keras_before_the_layer_runs():
     case = make_case("gru_reset_after", "concat")
     unknown_rank = _graph(case.layer, [tf.TensorSpec(None, tf.float32)])
@@ -128,6 +129,7 @@ def test_integer_functional_input_fails_at_the_first_call():
 # --- masks -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="traces each layer for unknown sizes, ~3 s")
 @pytest.mark.parametrize("mask_shape", [(1, T), (B, 1), (B, T - 1), (B + 1, T)],
                          ids=["one_row", "one_step", "short", "extra_row"])
 @pytest.mark.parametrize("kind", ["Bidirectional", "Recurrent"])
@@ -211,6 +213,7 @@ def served(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow(reason="the served fixture exports a model, ~11 s")
 @pytest.mark.parametrize("kind", ["float", "tokens"])
 def test_serving_lengths_are_clipped_to_the_time_axis(served, kind):
     """lengths -3 and T+4 serve as 0 and T: per-position outputs equal the
@@ -226,6 +229,7 @@ def test_serving_lengths_are_clipped_to_the_time_axis(served, kind):
         assert np.all(got[b, n:] == 0.0)
 
 
+@pytest.mark.slow(reason="the served fixture exports a model, ~8 s")
 @pytest.mark.parametrize("size", [1, B + 1])
 @pytest.mark.parametrize("kind", ["float", "tokens"])
 def test_serving_lengths_must_have_one_entry_per_row(served, kind, size):
@@ -257,6 +261,7 @@ def _modes(layer, x, mask=None, initial_state=None):
         yield "graph", to_numpy(in_graph(layer, x, mask=mask))
 
 
+@pytest.mark.slow(reason="eager, graph and gradients on an empty batch, ~6 s")
 @pytest.mark.parametrize("cell_name, merge_name, return_sequences", EMPTY_CASES[:2])
 def test_empty_batch(cell_name, merge_name, return_sequences):
     """B = 0: outputs and states with a batch of 0 (the oracle's), and zero
@@ -330,6 +335,7 @@ def test_zero_length_sequences_pass_call_time_and_learned_states_through():
 # --- initial states -----------------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="traces several graphs, ~3.5 s")
 def test_initial_state_batch_must_be_the_inputs():
     """A state whose batch is not the inputs' used to fail inside the XLA
     loop ("Incompatible shapes" / "loop body do not match")."""
@@ -448,6 +454,7 @@ def _writes_file(path):
     return eval(f"lambda x: (open({str(path)!r}, 'w').close(), x)[1]")  # noqa: S307
 
 
+@pytest.mark.slow(reason="saves and loads a model, ~3 s")
 def test_untampered_file_loads_in_safe_mode(tmp_path):
     files, config, expected = _saved_model_files(tmp_path)
     loaded = keras.saving.load_model(_write(files, config, tmp_path / "same.keras"), safe_mode=True)

@@ -36,7 +36,7 @@ import time
 import numpy as np
 import pytest
 
-from test_case import REPO, run_python
+from helpers import REPO, run_python
 
 # The model, the data and the single-device oracle, shared by both tests
 # (pasted into the fresh processes as source).
@@ -113,6 +113,7 @@ np.savez(OUT, replicas=strategy.num_replicas_in_sync, initial=flat(initial),
 """
 
 
+@pytest.mark.slow(reason="a MirroredStrategy fit and its oracle, ~16 s")
 def test_mirrored_strategy_fit_matches_single_device(tmp_path, oracle):
     """Two replicas on two logical CPUs, `model.fit` for STEPS steps of SGD:
     each replica runs the XLA-compiled loop and the BPTT on half of every

@@ -15,6 +15,7 @@ import keras
 import keras_birnn as kb
 import reference as ref
 from birnn_cases import CELLS as CASE_CELLS
+from helpers import f32 as _f32
 
 F, U = 3, 8
 # birnn_cases's cells (name -> oracle cell, its kwargs, factory of units),
@@ -25,10 +26,6 @@ CELLS = {name: CASE_CELLS[name] for name in ("simple_tanh", "gru_reset_after", "
 B, T_LONG = 2, 1000
 MASK_LONG = np.arange(T_LONG)[None, :] < np.array([T_LONG, T_LONG - 77])[:, None]
 UNIT_ROUNDOFF = {"mixed_float16": 2.0**-11, "mixed_bfloat16": 2.0**-8}
-
-
-def _f32(params):
-    return {k: None if v is None else np.asarray(v, np.float32) for k, v in params.items()}
 
 
 def _layer(cell_name, seed, **kwargs):
@@ -191,6 +188,7 @@ def _under_policy(policy, cell_name, seed, x, d):
     return exact, result, dtype
 
 
+@pytest.mark.slow(reason="long runs under two policies, ~3.5 s")
 @pytest.mark.parametrize("cell_name", ["gru_reset_after", "lstm"])
 @pytest.mark.parametrize("policy", list(UNIT_ROUNDOFF))
 def test_low_precision_long_runs_track_float32(policy, cell_name):

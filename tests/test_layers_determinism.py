@@ -36,7 +36,7 @@ import h5py
 import numpy as np
 import pytest
 
-from test_case import REPO
+from helpers import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import keras_birnn as kb
 from birnn_cases import CELLS, F, T, make_case
-from test_case import assert_all_close
+from helpers import assert_all_close
 
 LENGTHS = [6, 4, 0, 3]  # a full row, right padding, an empty row
 
@@ -84,6 +84,7 @@ def _sentence_classifier(seed):
     return keras.Model(ids, sentence)
 
 
+@pytest.mark.slow(reason="trains two models, ~10 s")
 def test_ragged_ids_train_like_zero_padded_ids():
     """Embedding(mask_zero=True) on ragged ids hands a ragged mask on; one
     SGD step on ragged ids moves the weights exactly as on zero-padded ids."""
@@ -109,6 +110,7 @@ def test_pooling_heads_take_ragged_sequences():
     np.testing.assert_allclose(np.asarray(kb.MaskedMeanPooling()(_ragged(x)))[0], expected, rtol=1e-6)
 
 
+@pytest.mark.slow(reason="~5 s")
 def test_inspect_reads_ragged_rows():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(4, T, F)).astype("float32")

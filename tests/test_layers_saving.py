@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import keras_birnn as kb
-from test_case import run_python
+from helpers import run_python
 
 B, T, F, U = 4, 6, 3, 4
 
@@ -180,6 +180,9 @@ tagger.fit(data["tokens"], data["labels"], batch_size=4, epochs=1, shuffle=False
 np.savez(files["tagger"] + ".resumed.npz", *tagger.get_weights())
 print(json.dumps(report))
 """
+
+
+pytestmark = pytest.mark.slow(reason="every test uses the saved fixture: all models built, saved and loaded in a fresh process, ~55 s")
 
 
 @pytest.fixture(scope="module")

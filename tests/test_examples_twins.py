@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_examples import EWT, POLARITY, load_example, quietly
+from helpers import EWT, POLARITY, load_example, quietly
 
 SENTENCES = [  # used when ../shared/data is absent
     ["The", "old", "man", "sat", "on", "the", "chair", "."],
@@ -149,6 +149,7 @@ def test_classifier_twin_has_the_same_parameters_and_predictions(variant):
 # --- tiny runs of the keras path ---------------------------------------------------------------
 
 
+@pytest.mark.slow(reason="trains the classifier twin, ~13 s")
 @pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")
 def test_classifier_keras_run_writes_its_report(tmp_path):
     sent = load_example("sentence_classification")
@@ -166,6 +167,7 @@ def test_classifier_keras_run_writes_its_report(tmp_path):
     assert result["rows"][0]["loss_after"] < result["rows"][0]["loss_before"]
 
 
+@pytest.mark.slow(reason="trains and exports the tagger twin, ~16 s")
 @pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 def test_tagger_keras_run_exports_the_twin(tmp_path):
     pos = load_example("pos_tagging")

@@ -6,7 +6,7 @@ and one state mask per sequence. Here the masks a layer draws are fixed
 training outputs and BPTT gradients must equal the NumPy oracle's given the
 same masks: inputs multiplied by the input mask, the state multiplied by
 the state mask where it enters the recurrent matmul (the oracle's state
-mask is checked against finite differences in `test_reference.py`).
+mask is checked against finite differences in `test_reference_oracle.py`).
 """
 
 import numpy as np
@@ -15,8 +15,8 @@ import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import B, CELLS, MASK, make_case
-from test_case import assert_all_close
+from birnn_cases import B, CELLS, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close
 
 RATES = dict(dropout=0.3, recurrent_dropout=0.4, seed=11)
 

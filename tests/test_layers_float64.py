@@ -14,13 +14,14 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
-from birnn_cases import CELLS, MASK, TRAINING_MODES, make_case, to_numpy
-from test_case import assert_all_close
+from birnn_cases import CELLS, TRAINING_MODES, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, to_numpy
 
 # float64 round-off is ~1e-16; the float32 sums this guards against were off by ~1e-7.
 ATOL, RTOL = 1e-11, 1e-9
 
 
+@pytest.mark.slow(reason="eager, graph and gradients in float64, ~5 s; test_a_float64_recurrent_has_float64_gradients stays fast")
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
 @pytest.mark.parametrize("cell_name", list(CELLS))
 def test_outputs_and_gradients_match_the_oracle_to_float64_precision(float64_policy, cell_name, graph):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import keras_birnn as kb
-from test_case import eager_and_graph
+from helpers import eager_and_graph
 
 SEQ_092 = np.array([1.0, 0.0, -1.0, 0.5, 2.0], "float32")
 FIG_17_2 = np.array(  # t: fwd[0], fwd[1], bwd[0], bwd[1]

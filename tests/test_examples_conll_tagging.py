@@ -12,11 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from test_examples import SHARED_DATA, load_example, quietly
+from helpers import CONLL2000, CONLL2002, EWT, load_example, quietly
 
-CONLL2002 = os.path.join(SHARED_DATA, "conll2002_spanish")
-CONLL2000 = os.path.join(SHARED_DATA, "conll2000_chunking")
-EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
 TINY = ["--max-train-sentences", "300", "--max-dev-sentences", "60", "--epochs", "5", "--hidden", "16",
         "--word-dim", "16", "--char-dim", "8", "--char-units", "8", "--batch-size", "16",
         "--learning-rate", "1e-2", "--quiet"]
@@ -202,6 +199,7 @@ def check_export(ct, result, head):
                        for i, t in enumerate(row)), row
 
 
+@pytest.mark.slow(reason="trains a tagger on shared data, ~20-35 s")
 @pytest.mark.skipif(not os.path.isdir(CONLL2002), reason="../shared/data/conll2002_spanish absent")
 def test_conll2002_crf_head_with_char_cnn(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "conll2002", "--head", "crf", "--char-encoder", "cnn",
@@ -210,6 +208,7 @@ def test_conll2002_crf_head_with_char_cnn(ct, tmp_path):
     check_run(ct, result, "crf")
 
 
+@pytest.mark.slow(reason="trains a tagger on shared data, ~20-35 s")
 @pytest.mark.skipif(not os.path.isdir(CONLL2000), reason="../shared/data/conll2000_chunking absent")
 def test_conll2000_crf_head_with_char_lstm_on_the_held_out_split(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "conll2000", "--head", "crf", "--char-encoder", "lstm",
@@ -219,6 +218,7 @@ def test_conll2000_crf_head_with_char_lstm_on_the_held_out_split(ct, tmp_path):
     check_run(ct, result, "crf")
 
 
+@pytest.mark.slow(reason="trains a tagger on shared data, ~20-35 s")
 @pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 def test_ewt_upos_softmax_head_with_char_gru(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "ewt", "--head", "softmax", "--char-encoder", "gru",

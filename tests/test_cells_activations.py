@@ -7,18 +7,18 @@ Each path is checked here: forward outputs and gradients (both call modes,
 and in a graph with unknown sizes) of a masked batch, with built-in
 activations by name and with user functions, including ones whose names
 are those of built-ins (Keras serialises a plain function by its name, so a
-name must not be mistaken for the function); saving them.
+name must not be mistaken for the function). Saving such functions:
+test_functions.py.
 """
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import MASK, TRAINING_MODES, make_case
-from test_case import assert_all_close, eager_and_graph, keras_round_trip
+from birnn_cases import TRAINING_MODES, make_case
+from helpers import MASK_4x6 as MASK, assert_all_close, eager_and_graph
 
 
 def tanh(x):
@@ -44,12 +44,6 @@ def linear(x):
 def softer_tanh(x):
     """A name no built-in has, not registered either."""
     return tf.tanh(0.5 * x)
-
-
-@keras.saving.register_keras_serializable(package="kb_tests")
-def swish(x):
-    """Registered, and not Keras's swish: x * sigmoid(2x)."""
-    return x * tf.sigmoid(2.0 * x)
 
 
 def _scaled(name: str, outer: float = 1.0, inner: float = 1.0) -> tuple:
@@ -99,6 +93,7 @@ CELLS = {
 }
 
 
+@pytest.mark.slow(reason="eager, graph and gradients per activation, ~11 s")
 @pytest.mark.parametrize("name", list(CELLS))
 def test_other_activations_match_oracle(name):
     """Forward (eager and graph) and gradients of sum(y * dy) to 1e-4, in
@@ -121,40 +116,3 @@ def test_user_functions_named_like_built_ins_are_not_them():
     user = make_case("x", "concat", seed=5, cell_spec=CELLS["lstm_user_named_tanh_sigmoid"])
     built_in = make_case("x", "concat", seed=5, cell_spec=("lstm", {}, lambda u: kb.LSTMCell(u)))
     assert np.abs(np.asarray(user.layer(user.x)) - np.asarray(built_in.layer(built_in.x))).max() > 0.1
-
-
-def _model(cell):
-    inputs = keras.Input((None, 3))
-    return keras.Model(inputs, kb.Bidirectional(cell, return_sequences=True)(inputs))
-
-
-def test_registered_function_named_like_a_built_in_saves_as_itself(tmp_path):
-    """Keras would save `swish` as "swish" and load its own swish; ours
-    reloads to identical outputs (keras_round_trip), which Keras's swish
-    does not give."""
-    model = _model(kb.GRUCell(4, activation=swish, recurrent_activation=swish))
-    x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32") * 3
-    loaded = keras_round_trip(model, str(tmp_path / "swish.keras"), x)
-    assert loaded.layers[1].backward.cell.activation is swish
-    keras_swish = _model(kb.GRUCell(4))
-    keras_swish.set_weights(model.get_weights())
-    assert np.abs(keras_swish.predict(x, verbose=0) - model.predict(x, verbose=0)).max() > 1e-2
-
-
-def test_unregistered_function_named_like_a_built_in_refuses_to_load(tmp_path):
-    """Saved under its module-qualified name, so loading asks for it instead
-    of silently putting Keras's tanh in its place."""
-    path = str(tmp_path / "tanh.keras")
-    _model(kb.LSTMCell(4, activation=tanh)).save(path)
-    with pytest.raises(TypeError, match=r"test_activations\.tanh"):
-        keras.saving.load_model(path)
-
-
-def test_library_functions_still_save_by_name(tmp_path):
-    """TensorFlow's tanh and sigmoid are Keras's: saved as "tanh" and
-    "sigmoid", they reload (as Keras's) to identical outputs."""
-    model = _model(kb.LSTMCell(4, activation=tf.math.tanh, recurrent_activation=tf.nn.sigmoid))
-    config = model.layers[1].get_config()["layer"]["config"]["cell"]["config"]
-    assert (config["activation"], config["recurrent_activation"]) == ("tanh", "sigmoid")
-    x = np.random.default_rng(1).normal(size=(2, 5, 3)).astype("float32")
-    keras_round_trip(model, str(tmp_path / "tf.keras"), x)
