@@ -11,7 +11,8 @@ from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.functions import serialize_activation
 from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows
-from keras_birnn.recurrent import Recurrent, keras_equivalent, parse_initial_state, refuse_config
+from keras_birnn.recurrent import SEQUENCE_ARGUMENTS, Recurrent, keras_equivalent, parse_initial_state
+from keras_birnn.serialization import attributes, deserialized, refuse_config
 
 MERGE_MODES = ("concat", "sum", "mul", "ave", None, "projection")
 
@@ -347,18 +348,12 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
                 "projection_activation": (
                     None if self.projection is None else serialize_activation(self.projection.activation)
                 ),
-                "return_sequences": self.return_sequences,
-                "return_state": self.return_state,
-                "initial_state": self.initial_state,
+                **attributes(self, *SEQUENCE_ARGUMENTS),
             }
         )
         return config
 
     @classmethod
     def from_config(cls, config: dict) -> "Bidirectional":
-        config = dict(config)
-        for name in ("layer", "backward_layer"):
-            if config.get(name) is not None:
-                config[name] = keras.saving.deserialize_keras_object(config[name])
         # Keras's own from_config: the dtype policy, and errors named after the class.
-        return super().from_config(config)
+        return super().from_config(deserialized(config, "layer", "backward_layer"))

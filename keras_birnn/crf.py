@@ -27,6 +27,7 @@ from keras import initializers
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.masking import validate_mask
+from keras_birnn.serialization import attributes, initializer_configs
 
 # Score of a forbidden transition: large and finite, so that no -inf - -inf
 # ever makes a NaN; exp(FORBIDDEN + anything sensible) is exactly 0.
@@ -478,15 +479,8 @@ class CRF(keras.layers.Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(
-            {
-                "num_tags": self.num_tags,
-                "tags": self.tags,
-                "allowed_transitions": self.allowed_transitions,
-                "transitions_initializer": initializers.serialize(self.transitions_initializer),
-                "boundary_initializer": initializers.serialize(self.boundary_initializer),
-            }
-        )
+        config.update(attributes(self, "num_tags", "tags", "allowed_transitions"))
+        config.update(initializer_configs(self, "transitions_initializer", "boundary_initializer"))
         return config
 
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.recurrent import Recurrent
+from keras_birnn.serialization import deserialized
 
 
 @keras_birnn_export("keras_birnn.NestedEncoder")
@@ -109,6 +110,4 @@ class NestedEncoder(keras.layers.Layer):
 
     @classmethod
     def from_config(cls, config: dict) -> "NestedEncoder":
-        config = dict(config)
-        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
-        return cls(**config)
+        return cls(**deserialized(config, "encoder"))

@@ -17,6 +17,7 @@ from keras import initializers
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import check_units
 from keras_birnn.masking import check_sequence_input, dense_mask, dense_sequence_and_mask
+from keras_birnn.serialization import attributes, initializer_configs
 
 
 def _is_sequence_list(inputs) -> bool:
@@ -236,15 +237,8 @@ class AttentionPooling(_SequencePooling):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update(
-            {
-                "units": self.units,
-                "return_weights": self.return_weights,
-                "use_bias": self.use_bias,
-                "kernel_initializer": initializers.serialize(self.kernel_initializer),
-                "bias_initializer": initializers.serialize(self.bias_initializer),
-            }
-        )
+        config.update(attributes(self, "units", "return_weights", "use_bias"))
+        config.update(initializer_configs(self, "kernel_initializer", "bias_initializer"))
         return config
 
 

@@ -9,6 +9,10 @@ from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows, zero_padding
+from keras_birnn.serialization import attributes, deserialized, refuse_config
+
+# Constructor arguments that Recurrent and Bidirectional share and keep as they are.
+SEQUENCE_ARGUMENTS = ("return_sequences", "return_state", "initial_state")
 
 InitialState = Union[str, float]
 
@@ -23,17 +27,6 @@ def parse_initial_state(initial_state: Any) -> InitialState:
         '`initial_state` must be "zeros", "learned" or a float constant, '
         f"received {initial_state!r}."
     )
-
-
-def refuse_config(value: Any, argument: str, owner: str) -> None:
-    """A constructor takes objects; a config (a dict) is deserialised by
-    the layer's `from_config`, the one place that loads nested layers."""
-    if isinstance(value, dict):
-        raise TypeError(
-            f"`{argument}` of {owner} must be an object, received a config (a dict): build the layer "
-            f"with {owner}.from_config(config), or deserialize the argument first with "
-            "keras.saving.deserialize_keras_object."
-        )
 
 
 def check_cell(cell: Any) -> RecurrentCell:
@@ -289,18 +282,9 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
         """`get_config()` but for the cell, which a copy made in this
         process takes as an object (`RecurrentCell.clone_config`)."""
         config = super().get_config()
-        config.update(
-            {
-                "reverse": self.reverse,
-                "return_sequences": self.return_sequences,
-                "return_state": self.return_state,
-                "initial_state": self.initial_state,
-            }
-        )
+        config.update(attributes(self, "reverse", *SEQUENCE_ARGUMENTS))
         return config
 
     @classmethod
     def from_config(cls, config: dict) -> "Recurrent":
-        config = dict(config)
-        config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
-        return cls(**config)
+        return cls(**deserialized(config, "cell"))

@@ -7,6 +7,7 @@ the mask flows through every layer, so padding stays exact all the way up.
 """
 
 import functools
+import inspect
 from typing import List, Optional, Sequence, Union
 
 import keras
@@ -17,7 +18,7 @@ from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.cells.base import check_rate, check_units
 from keras_birnn.masking import ragged_mask, sequence_input, zero_padding
-from keras_birnn.recurrent import refuse_config
+from keras_birnn.serialization import attributes, deserialized, refuse_config
 
 CELL_TYPES = {"gru": GRUCell, "lstm": LSTMCell, "simple": SimpleRNNCell}
 STACK_MERGE_MODES = ("concat", "sum", "mul", "ave")
@@ -371,43 +372,28 @@ class StackedBidirectional(keras.layers.Layer):
             {
                 "cell": self._serialized_template(),
                 "units": list(self.units),
-                "merge_mode": self.merge_mode,
-                "dropout": self.dropout,
-                "recurrent_dropout": self.recurrent_dropout,
                 "residual": list(self.residual) if isinstance(self.residual, list) else self.residual,
-                "layer_norm": self.layer_norm,
-                "return_sequences": self.return_sequences,
+                **attributes(self, "merge_mode", "dropout", "recurrent_dropout", "layer_norm", "return_sequences"),
             }
         )
         return config
 
     @classmethod
     def from_config(cls, config: dict) -> "StackedBidirectional":
-        config = dict(config)
-        if isinstance(config.get("cell"), dict):
-            config["cell"] = keras.saving.deserialize_keras_object(config["cell"])
-        return super().from_config(config)
+        return super().from_config(deserialized(config, "cell"))
 
 
 def stacked_bidirectional(
-    cell: Union[str, RecurrentCell] = "gru",
-    units: Union[int, Sequence[int]] = (64, 64),
-    merge_mode: str = "concat",
-    dropout: float = 0.0,
-    recurrent_dropout: float = 0.0,
-    residual: Union[bool, Sequence[bool]] = False,
-    layer_norm: bool = False,
-    return_sequences: bool = True,
-    name: Optional[str] = None,
-    dtype=None,
-    **cell_kwargs,
+    cell: Union[str, RecurrentCell] = "gru", units: Union[int, Sequence[int]] = (64, 64), **kwargs
 ) -> StackedBidirectional:
     """Builds a `kb.StackedBidirectional` (see it for every argument).
 
-    `dtype` (a dtype or policy such as `"mixed_bfloat16"`) is the stack's,
-    and reaches every layer in it. `**cell_kwargs` go to every layer's cell
-    (e.g. `reset_after=False`, `activation="relu"`); they override a template
-    cell's configuration.
+    The class's arguments and the base layer's (`name`, `dtype`: a dtype or
+    policy such as `"mixed_bfloat16"`, which reaches every layer in the
+    stack; `trainable`) are taken by keyword; every other keyword goes to
+    every layer's cell (e.g. `reset_after=False`, `activation="relu"`),
+    overriding a template cell's configuration: what the class takes as
+    `cell_kwargs`.
 
     Example (the textbook's exercise: two stacked BiGRUs, input 32, hidden 64):
 
@@ -416,16 +402,11 @@ def stacked_bidirectional(
     >>> [row["params"] for row in stack.summary_table()]
     [37248, 74112]
     """
-    return StackedBidirectional(
-        cell=cell,
-        units=units,
-        merge_mode=merge_mode,
-        dropout=dropout,
-        recurrent_dropout=recurrent_dropout,
-        residual=residual,
-        layer_norm=layer_norm,
-        return_sequences=return_sequences,
-        cell_kwargs=cell_kwargs,
-        name=name,
-        dtype=dtype,
-    )
+    own = {k: kwargs.pop(k) for k in list(kwargs) if k in _STACK_KEYWORDS}
+    return StackedBidirectional(cell, units, cell_kwargs=kwargs, **own)
+
+
+# The keywords `stacked_bidirectional` hands to the class; the rest are the cells'.
+_STACK_KEYWORDS = frozenset(inspect.signature(StackedBidirectional.__init__).parameters) - {
+    "self", "cell", "units", "cell_kwargs", "kwargs"
+} | {"name", "dtype", "trainable"}

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import EWT, POLARITY, load_example, quietly, run_python
+from helpers import EWT, POLARITY, REPO, load_example, quietly, run_python
 
 needs_ewt = pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 needs_polarity = pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")

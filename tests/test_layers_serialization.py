@@ -2,7 +2,6 @@
 `safe_mode=True`, no custom objects, and in a fresh process), and training
 with `model.fit` (one step checked against the oracle's BPTT)."""
 
-import os
 
 import keras
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 import keras_birnn as kb
 import reference as ref
-from birnn_cases import CELLS, B, F, T, U, make_case
+from birnn_cases import B, F, T, U, make_case
 from helpers import MASK_4x6 as MASK, assert_all_close, keras_round_trip, run_python, to_numpy
 
 X = np.random.default_rng(20).normal(size=(B, T, F)).astype(np.float32)

@@ -174,29 +174,23 @@ class RecurrentCell(keras.layers.Layer):
             )
         self.input_dim = int(input_dim)
         width = self.gate_count * self.units
-        self.kernel = self.add_weight(
-            shape=(self.input_dim, width),
-            name="kernel",
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-        )
-        self.recurrent_kernel = self.add_weight(
-            shape=(self.units, width),
-            name="recurrent_kernel",
-            initializer=self.recurrent_initializer,
-            regularizer=self.recurrent_regularizer,
-            constraint=self.recurrent_constraint,
+        self.kernel = self._weight("kernel", "kernel", (self.input_dim, width), self.kernel_initializer)
+        self.recurrent_kernel = self._weight(
+            "recurrent_kernel", "recurrent", (self.units, width), self.recurrent_initializer
         )
         self.bias = None
         if self.use_bias:
-            self.bias = self.add_weight(
-                shape=self.bias_shape(),
-                name="bias",
-                initializer=self.build_bias_initializer(),
-                regularizer=self.bias_regularizer,
-                constraint=self.bias_constraint,
-            )
+            self.bias = self._weight("bias", "bias", self.bias_shape(), self.build_bias_initializer())
+
+    def _weight(self, name: str, kind: str, shape: tuple, initializer):
+        """A weight with the cell's `<kind>_regularizer` and `<kind>_constraint`."""
+        return self.add_weight(
+            shape=shape,
+            name=name,
+            initializer=initializer,
+            regularizer=getattr(self, f"{kind}_regularizer"),
+            constraint=getattr(self, f"{kind}_constraint"),
+        )
 
     # --- the pure pieces a loop runs -------------------------------------
 
