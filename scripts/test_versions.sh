@@ -23,8 +23,8 @@ COMBOS=(
 # (every public layer: config, serialization, symbolic shapes, masks), the
 # Keras-equivalence and masking maths, and the CRF.
 SUBSET=(
-  tests/test_layer_contract.py
-  tests/test_keras_equivalence.py
+  tests/test_layers_contract.py
+  tests/test_layers_keras_equivalence.py
   tests/test_masking.py
   tests/test_crf.py
 )
