@@ -406,7 +406,7 @@ def export_tagger(model: keras.Model, encoder: WordEncoder, tags: Sequence[str],
     """Writes `export_dir/<version>/`: string tokens in, tag strings out.
 
     The lookups live in the graph; the CRF's Viterbi decoding too. Traced
-    without XLA and checked with `keras_birnn.export.check_graph_ops`.
+    without XLA and checked with `kb.check_graph_ops`.
     """
     from keras_birnn.export import write_version
 

@@ -543,7 +543,7 @@ def export_tagger(model, encoder: TokenEncoder, tags: Sequence[str], export_dir:
 
     The lookups (word and character vocabularies, tag names) live in the
     graph; the loops are traced without XLA, and the written graph is
-    checked with `keras_birnn.export.check_graph_ops`.
+    checked with `kb.check_graph_ops`.
     """
     from keras_birnn.export import write_version
 

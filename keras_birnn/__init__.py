@@ -12,8 +12,9 @@ from keras_birnn.bidirectional import Bidirectional, DirectionalProjection
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.compile_policy import compilation
 from keras_birnn.crf import CRF, CRFLoss
-from keras_birnn.export import export_saved_model
-from keras_birnn.litert import export_tflite
+from keras_birnn.export import check_graph_ops, export_saved_model
+from keras_birnn.litert import export_tflite, flatbuffer_ops
+from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
 from keras_birnn.nested import NestedEncoder
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.recurrence import fused_directions, xla_disabled
@@ -36,8 +37,12 @@ __all__ = [
     "compilation",
     "CRF",
     "CRFLoss",
+    "check_graph_ops",
     "export_saved_model",
     "export_tflite",
+    "flatbuffer_ops",
+    "lengths_to_mask",
+    "reverse_within_lengths",
     "fused_directions",
     "xla_disabled",
     "AttentionPooling",
