@@ -9,9 +9,16 @@
   promises is the one the eager outputs carry;
 - inside a `tf.function` traced for unknown batch and time sizes the
   outputs equal the eager ones;
+- a model holding the layer, saved to a `.keras` file and loaded with
+  `safe_mode=True`, gives the same outputs;
+- under the `mixed_float16` policy, with the same weights, float outputs
+  come in the layer's compute dtype and within float16 rounding of the
+  float32 ones;
 - every weight is either trainable or not, once.
 """
 
+import os
+import tempfile
 from typing import Callable, Optional, Sequence
 
 import keras
@@ -30,6 +37,8 @@ def check_layer_contract(make: Callable[[], keras.layers.Layer], inputs: Sequenc
     _check_round_trip(layer, inputs, mask, eager)
     _check_symbolic(make, layer, inputs, mask, eager)
     _check_traced(layer, inputs, mask, eager)
+    _check_keras_file(layer, inputs)
+    _check_mixed_precision(make, layer, inputs, mask, eager)
 
 
 def _mask_kwargs(mask) -> dict:
@@ -104,3 +113,39 @@ def _check_traced(layer, inputs, mask, eager) -> None:
     args = [tf.constant(x) for x in leaves] + ([tf.constant(mask)] if mask is not None else [])
     for g, e in zip(_outputs(traced(*args)), eager, strict=True):
         np.testing.assert_allclose(g, e, atol=1e-6, rtol=1e-6)
+
+
+def _symbolic_like(inputs) -> list:
+    return keras.tree.map_structure(
+        lambda x: keras.Input(shape=(None,) + np.shape(x)[2:], dtype=x.dtype.name), list(inputs))
+
+
+def _check_keras_file(layer, inputs) -> None:
+    symbolic = _symbolic_like(inputs)
+    model = keras.Model(symbolic, layer(*symbolic))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path, safe_mode=True)
+    values = [tf.constant(x) for x in keras.tree.flatten(list(inputs))]
+    args = keras.tree.pack_sequence_as(list(inputs), values)
+    for g, e in zip(_outputs(loaded(args)), _outputs(model(args)), strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
+def _check_mixed_precision(make, layer, inputs, mask, eager) -> None:
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        mixed = make()
+        mixed(*inputs, **_mask_kwargs(mask))  # builds
+        mixed.set_weights(layer.get_weights())
+        got = keras.tree.flatten(mixed(*inputs, **_mask_kwargs(mask)))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    for g, e in zip(got, eager, strict=True):
+        if not np.issubdtype(e.dtype, np.floating):
+            np.testing.assert_array_equal(np.asarray(g), e)
+            continue
+        assert g.dtype == mixed.compute_dtype, (g.dtype, mixed.compute_dtype)
+        np.testing.assert_allclose(np.asarray(g, np.float32), e, atol=2e-2, rtol=2e-2)

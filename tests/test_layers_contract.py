@@ -1,7 +1,8 @@
 """Every public layer keeps the same contract (`layer_contract.py`):
 config and serialization round trips with identical outputs, symbolic
 shapes and dtypes equal to the eager ones, the promised mask carried,
-and the same numbers traced for unknown batch and time sizes."""
+the same numbers traced for unknown batch and time sizes, through a
+`.keras` file, and (to float16 rounding) under `mixed_float16`."""
 
 import keras
 import numpy as np
