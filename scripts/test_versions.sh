@@ -28,7 +28,9 @@ SUBSET=(
   tests/test_masking.py
   tests/test_crf.py
 )
-PYTEST_ARGS=(-m "not slow" -p no:cacheprovider)
+# Every case of these files (the fast subset, -m "not slow", keeps only the
+# first case of each parametrized test: too little to judge a version by).
+PYTEST_ARGS=(-p no:cacheprovider)
 # The test extra's test runners (pyproject.toml); its exporters (tf2onnx,
 # onnxruntime, ai-edge-litert) pin their own TensorFlow-adjacent versions and
 # only the export tests need them.
