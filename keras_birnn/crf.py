@@ -365,8 +365,12 @@ class CRF(keras.layers.Layer):
     ...              allowed_transitions="iob2")
     >>> tagger = keras.Model(tokens, crf(keras.layers.Dense(5)(x)))
     >>> tagger.compile("adam", loss=kb.CRFLoss(), metrics=[keras.metrics.Accuracy()])
-    >>> tagger.fit(token_ids, tag_ids)      # tag_ids: int [batch, time]
-    >>> tagger.predict(token_ids)           # int32 tags, 0 at padding
+    >>> token_ids = np.array([[4, 9, 2, 0], [7, 3, 0, 0]])    # 0: padding
+    >>> tag_ids = np.array([[1, 2, 0, 0], [3, 0, 0, 0]])      # int [batch, time]
+    >>> history = tagger.fit(token_ids, tag_ids, epochs=1, verbose=0)
+    >>> tags = tagger.predict(token_ids, verbose=0)           # int32 tags, 0 at padding
+    >>> tags.shape, tags.dtype, tags[1, 2:]
+    ((2, 4), dtype('int32'), array([0, 0], dtype=int32))
     """
 
     def __init__(
@@ -533,6 +537,9 @@ class CRFLoss(keras.losses.Loss):
 
     Example:
 
+    >>> tokens = keras.Input((None,), dtype="int32")
+    >>> x = keras.layers.Embedding(100, 8, mask_zero=True)(tokens)
+    >>> model = keras.Model(tokens, kb.CRF(3)(keras.layers.Dense(3)(x)))
     >>> model.compile("adam", loss=kb.CRFLoss())   # model ends in kb.CRF
     """
 

@@ -4,12 +4,27 @@
 Plain Python (no TensorFlow): they return lists that the examples turn
 into tensors.
 
-    >>> sentences = read_conllu("en_ewt-ud-dev.conllu")
-    >>> tokens, upos, xpos = sentences[0]
-    >>> chunks = read_columns("train.txt")            # word POS chunk: last column
+    >>> from keras_birnn.datasets import (
+    ...     parse_columns, read_columns, read_conllu, read_polarity, split_held_out)
+
+The readers take the corpora's files, which the examples download (the
+doctests have no such files, so these lines are skipped there):
+
+    >>> sentences = read_conllu("en_ewt-ud-dev.conllu")  # doctest: +SKIP
+    >>> tokens, upos, xpos = sentences[0]  # doctest: +SKIP
+    >>> chunks = read_columns("train.txt")  # doctest: +SKIP
+    >>> texts, labels = read_polarity("rt-polarity.pos", "rt-polarity.neg")  # doctest: +SKIP
+
+`read_columns` parses a file's text with `parse_columns` (word POS chunk:
+the last column is the tag):
+
+    >>> chunks = parse_columns("He PRP B-NP\\nran VBD B-VP\\n\\nGo VB B-VP\\n")
     >>> tokens, tags = chunks[0]
-    >>> train, held_out = split_held_out(chunks, fraction=0.1, seed=0)
-    >>> texts, labels = read_polarity("rt-polarity.pos", "rt-polarity.neg")
+    >>> tokens, tags
+    (['He', 'ran'], ['B-NP', 'B-VP'])
+    >>> train, held_out = split_held_out(chunks * 5, fraction=0.1, seed=0)
+    >>> len(train), len(held_out)
+    (9, 1)
 """
 
 import os

@@ -211,8 +211,15 @@ def direction_norms(layer_or_model, inputs, mask=None, layer=None) -> DirectionN
 
     Example:
 
-    >>> norms = kb.inspect.direction_norms(bi, x)
-    >>> norms.forward[0, 3] / norms.backward[0, 3]     # how uneven at t=3
+    >>> bi = kb.Bidirectional(kb.GRUCell(8), return_sequences=True)
+    >>> x = np.random.default_rng(0).normal(size=(2, 6, 3)).astype("float32")
+    >>> mask = np.array([[True] * 6, [True] * 3 + [False] * 3])
+    >>> norms = kb.inspect.direction_norms(bi, x, mask=mask)
+    >>> norms.forward.shape
+    (2, 6)
+    >>> norms.forward[1, 3:], norms.backward[1, 3:]    # padded: norm 0
+    (array([0., 0., 0.], dtype=float32), array([0., 0., 0.], dtype=float32))
+    >>> uneven = norms.forward[0, 3] / norms.backward[0, 3]     # how uneven at t=3
     """
     forward, backward, mask = direction_states(layer_or_model, inputs, mask, layer)
 

@@ -115,8 +115,12 @@ class MaskedMeanPooling(_SequencePooling):
 
     Example:
 
+    >>> token_ids = np.array([[3, 7, 2, 0, 0], [5, 1, 4, 6, 0]])   # 0: padding
+    >>> embedded = keras.layers.Embedding(10, 4, mask_zero=True)(token_ids)
     >>> x = kb.Bidirectional(kb.GRUCell(8), return_sequences=True)(embedded)
-    >>> sentence = kb.MaskedMeanPooling()(x)              # [batch, 16]
+    >>> sentence = kb.MaskedMeanPooling()(x)
+    >>> sentence.shape
+    TensorShape([2, 16])
     """
 
     def call(self, inputs, mask=None):
@@ -280,8 +284,12 @@ class FinalStatePooling(keras.layers.Layer):
 
     Example:
 
+    >>> token_ids = np.array([[3, 7, 2, 0, 0], [5, 1, 4, 6, 0]])   # 0: padding
+    >>> embedded = keras.layers.Embedding(10, 4, mask_zero=True)(token_ids)
     >>> pair = kb.Bidirectional(kb.GRUCell(8), merge_mode=None, return_sequences=True)(embedded)
-    >>> sentence = kb.FinalStatePooling()(pair)              # [batch, 16]
+    >>> sentence = kb.FinalStatePooling()(pair)
+    >>> sentence.shape
+    TensorShape([2, 16])
     """
 
     def __init__(self, state_counts: Optional[Sequence[int]] = None, **kwargs):

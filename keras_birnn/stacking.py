@@ -157,6 +157,11 @@ class StackedBidirectional(keras.layers.Layer):
     >>> stack = kb.stacked_bidirectional("gru", units=(64, 64), reset_after=False)
     >>> stack.build((None, None, 32))
     >>> print(stack.summary_table())
+    layer            input  output   params  residual  layer_norm
+    ---------------  -----  ------  -------  --------  ----------
+    bidirectional_0     32     128   37,248        no          no
+    bidirectional_1    128     128   74,112        no          no
+    total                           111,360
     """
 
     def __init__(

@@ -140,6 +140,9 @@ class GRUCell(RecurrentCell):
     Example:
 
     >>> layer = kb.Bidirectional(kb.GRUCell(64, reset_after=False))
+    >>> layer.build((None, None, 32))
+    >>> layer.count_params()     # 2 directions x 3 gates x (32*64 + 64*64 + 64)
+    37248
     """
 
     gate_count = 3

@@ -132,6 +132,8 @@ class LSTMCell(RecurrentCell):
     Example:
 
     >>> layer = kb.Bidirectional(kb.LSTMCell(32), return_sequences=True)
+    >>> layer(np.zeros((2, 5, 3), "float32")).shape
+    TensorShape([2, 5, 64])
     """
 
     gate_count = 4

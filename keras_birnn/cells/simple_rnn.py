@@ -69,6 +69,8 @@ class SimpleRNNCell(RecurrentCell):
 
     >>> cell = kb.SimpleRNNCell(4)
     >>> layer = kb.Bidirectional(cell, return_sequences=True)
+    >>> layer(np.zeros((2, 5, 3), "float32")).shape
+    TensorShape([2, 5, 8])
     """
 
     gate_count = 1
