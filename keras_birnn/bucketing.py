@@ -11,7 +11,7 @@ other rows only (`valid_rows`), and the results are put back in place
 XLA compiles one program per input shape. A graph traced with an unknown
 time size (`model.fit` on a `tf.data` pipeline of padded batches, each as
 long as its longest row) meets a new length at almost every batch, and each
-costs a compilation: a tagger-shaped model's first epoch took six to nine
+costs a compilation: a tagger-shaped model's first epoch took seven to nine
 times Keras's (benchmarks/README.md, "Variable lengths"). So such loops run on inputs
 padded at the end to the next bucket length, with the padded steps masked,
 and their outputs are cut back to the real length.

@@ -11,6 +11,8 @@ gradient, and the adjoint identity <J v, u> = <v, J^T u>. Everything runs in
 float64 so that the tolerances can be tight.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -141,21 +143,30 @@ def test_persistent_tape_asked_twice_matches_keras():
 
 
 @pytest.mark.slow(reason="traces second-order gradients of the loops twice, ~30 s")
-@pytest.mark.parametrize("cell_name", ["gru", "lstm"])
-def test_second_order_in_a_graph_with_unknown_batch_and_time(cell_name):
+@pytest.mark.parametrize("cell_name, xla, masked", [("gru", True, True), ("lstm", True, False), ("gru", False, True)],
+                         ids=["gru", "lstm-no-mask", "gru-xla-disabled"])
+def test_second_order_in_a_graph_with_unknown_batch_and_time(cell_name, xla, masked):
     """A persistent tape and a gradient penalty inside a `tf.function`
     traced for unknown batch and time sizes (the loops then sit in the
-    zero-length `tf.cond`), with right padding, left padding and a hole:
+    zero-length `tf.cond`), with right padding, left padding and a hole
+    (or no mask), with the default loops and under `kb.xla_disabled()`:
     against the same derivatives taken eagerly and against central
     differences of the penalty; a zero-length batch gives zero gradients."""
+    with contextlib.ExitStack() as stack:
+        if not xla:
+            stack.enter_context(kb.xla_disabled())
+        _check_second_order_unknown_sizes(cell_name, masked)
+
+
+def _check_second_order_unknown_sizes(cell_name, masked):
     ours, _, x = _pair(cell_name, seed=4)
-    mask = tf.constant(MASK)
+    mask = tf.constant(MASK if masked else np.ones_like(MASK))
     spec = [tf.TensorSpec([None, None, F], tf.float64), tf.TensorSpec([None, None], tf.bool)]
 
     def both(x, mask):
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(x)
-            y = tf.reduce_sum(ours(x, mask=mask, training=True) ** 2)
+            y = tf.reduce_sum(ours(x, mask=mask if masked else None, training=True) ** 2)
             penalty = tf.reduce_sum(tape.gradient(y, x) ** 2)
         return tape.gradient(y, ours.trainable_variables) + tape.gradient(penalty, ours.trainable_variables)
 
@@ -170,7 +181,7 @@ def test_second_order_in_a_graph_with_unknown_batch_and_time(cell_name):
         moved = start.copy()
         moved[index] += step
         variable.assign(moved)
-        values.append(float(_penalty(ours, x, mask)))
+        values.append(float(_penalty(ours, x, mask if masked else None)))
         variable.assign(start)
     numeric = (values[0] - values[1]) / 2e-6
     np.testing.assert_allclose(float(got[n + 1][index]), numeric, atol=1e-7, rtol=1e-6)

@@ -90,7 +90,7 @@ def _compiles_per_length(directions: Sequence[Direction]) -> bool:
 def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
     flat = _flatten(directions)
     path = _path(directions, flat, counter)
-    if path == "higher-order" and directions[0].inputs.shape[1] is None and _EmptyCase.enabled:
+    if _recorded_twice(path, directions, flat):
         # The zero-length `tf.cond` below cannot hold a custom gradient that
         # a persistent or nested tape records ("Could not find external
         # tensor capture"): a zero-length sequence gets one masked step
@@ -100,6 +100,16 @@ def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionRes
         results = _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case=False)
         return bucketing.crop_time(results, steps)
     return _run_path(path, directions, flat, mask, return_sequences, bptt, counter, _EmptyCase.enabled)
+
+
+def _recorded_twice(path: str, directions, flat) -> bool:
+    """Whether this graph call's custom gradient (every path but the plain
+    TensorFlow loops of forward mode and exports) is recorded by a tape
+    that may differentiate it again, with an unknown time size: the case
+    the zero-length `tf.cond` cannot hold."""
+    if path in ("forward-mode", "forward-only") or not _EmptyCase.enabled or tf.executing_eagerly():
+        return False
+    return directions[0].inputs.shape[1] is None and (path == "higher-order" or may_differentiate_twice(flat))
 
 
 def _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case) -> List[DirectionResult]:
