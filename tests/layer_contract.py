@@ -74,8 +74,7 @@ def _check_round_trip(layer, inputs, mask, eager) -> None:
 
 
 def _check_symbolic(make, layer, inputs, mask, eager) -> None:
-    symbolic_inputs = keras.tree.map_structure(
-        lambda x: keras.Input(shape=(None,) + np.shape(x)[2:], dtype=x.dtype.name), list(inputs))
+    symbolic_inputs = _symbolic_like(inputs)
     if mask is not None:
         # Masking by a value no input holds: a mask reaches the layer.
         symbolic_inputs[0] = keras.layers.Masking(mask_value=np.inf)(symbolic_inputs[0])

@@ -109,7 +109,7 @@ def _recorded_twice(path: str, directions, flat) -> bool:
     the zero-length `tf.cond` cannot hold."""
     if path in ("forward-mode", "forward-only") or not _EmptyCase.enabled or tf.executing_eagerly():
         return False
-    return directions[0].inputs.shape[1] is None and (path == "higher-order" or may_differentiate_twice(flat))
+    return directions[0].inputs.shape[1] is None and may_differentiate_twice(flat)
 
 
 def _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case) -> List[DirectionResult]:
