@@ -1,28 +1,33 @@
-"""The training examples with keras_birnn's layers and with their Keras twins (`--layers kb|keras`).
+"""The training examples and the demo with keras_birnn's layers and with their Keras twins (`--layers kb|keras`).
 
 Runs examples/pos_tagging.py (one variant, the BiGRU with the projection
-merge, `--variants bigru`; full UD English EWT train and dev by default) and
+merge, `--variants bigru`; full UD English EWT train and dev by default),
 examples/sentence_classification.py (one variant, `bi-attention` by
-default; the sentence polarity data), each with `--layers kb` and
+default; the sentence polarity data) and `python -m keras_birnn.demo` (its
+defaults: 12 epochs; the BiGRU's numbers), each with `--layers kb` and
 `--layers keras`, each run in a fresh process, alternating round by round,
-and reads the numbers each example writes with `--report-json`:
+and reads the numbers each writes with `--report-json`:
 
 - epoch 1: the first epoch's seconds (tracing and compiling included);
 - later: the mean of the later epochs' seconds (the steady state);
-- fit: all epochs (the tagger: the training part of each epoch of its one
-  `model.fit`, the dev pass apart; the classifier:
-  each epoch with its validation pass, as Keras's fit runs it);
+- fit: all epochs (the tagger and the demo: the training part of each
+  epoch, the dev pass apart; the classifier: each epoch with its
+  validation pass, as Keras's fit runs it);
 - predict: sentences per second of a second, warm pass of the example's own
   predictor over its evaluation set (the tagger: dev; the classifier: its
-  held-out 10%); the first pass (tracing, compiling) is shown apart;
-- accuracy: dev UPOS for the tagger, held-out accuracy for the classifier.
+  held-out 10%; the demo: its 1,000 held-out sequences); the first pass
+  (tracing, compiling) is shown apart;
+- accuracy: dev UPOS for the tagger, held-out accuracy for the classifier
+  and the demo.
 
-Then, for the tagger, the latency of the exported SavedModel (both paths
-export through `keras.export.ExportArchive`, the same serving signature:
-string tokens in, tags out), loaded in another fresh process with
+Then, for the tagger and the demo, the latency of the exported SavedModel
+(the tagger: both export through `keras.export.ExportArchive`, the same
+serving signature, string tokens in, tags out; the demo: `kb.export_saved_model`
+against Keras's `model.export`), loaded in another fresh process with
 `tf.saved_model.load` and timed through its `serving_default` signature at
-batch 1 (each of the first 64 dev sentences, median) and batch 64 (the
-first 64 dev sentences, padded to the longest; median of the calls).
+batch 1 (each of 64 inputs, median) and batch 64 (median of the calls):
+the tagger's first 64 dev sentences (batch 64 padded to the longest), the
+demo's 64 random bit sequences of 24 steps.
 
     python benchmarks/bench_examples.py                      # full EWT, 2 epochs: long
     python benchmarks/bench_examples.py --quick              # a smoke run: small slices and sizes
@@ -41,48 +46,66 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EWT = os.path.join(REPO, "..", "shared", "data", "ud_english_ewt")
-EXAMPLES = ("pos", "classifier")
+EXAMPLES = ("pos", "classifier", "demo")
 LAYERS = ("kb", "keras")
 
 LATENCY_CHILD = r"""
 import json, os, statistics, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import numpy as np
 import tensorflow as tf  # and nothing else: serving needs no keras_birnn (nor Keras)
 path, dev_path, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-sentences, tokens = [], []
-for line in open(dev_path, encoding="utf-8"):  # the words of CoNLL-U lines with an integer ID
-    columns = line.rstrip("\n").split("\t")
-    if len(columns) >= 10 and columns[0].isdigit():
-        tokens.append(columns[1])
-    elif not line.strip() and tokens:
-        sentences.append(tokens)
-        tokens = []
-    if len(sentences) == 64:
-        break
-def padded(batch):
-    width = max(len(s) for s in batch)
-    return tf.constant([list(s) + [""] * (width - len(s)) for s in batch])
 began = time.perf_counter()
 serve = tf.saved_model.load(path).signatures["serving_default"]
 load_seconds = time.perf_counter() - began
-singles = [padded([s]) for s in sentences]
-full = padded(sentences)
+specs = serve.structured_input_signature[1]
+
+def tagger_sentences():  # the words of the first 64 dev sentences (CoNLL-U lines with an integer ID)
+    sentences, tokens = [], []
+    for line in open(dev_path, encoding="utf-8"):
+        columns = line.rstrip("
+").split("	")
+        if len(columns) >= 10 and columns[0].isdigit():
+            tokens.append(columns[1])
+        elif not line.strip() and tokens:
+            sentences.append(tokens)
+            tokens = []
+        if len(sentences) == 64:
+            return sentences
+
+def padded(batch):
+    width = max(len(s) for s in batch)
+    return {"tokens": tf.constant([list(s) + [""] * (width - len(s)) for s in batch])}
+
+def bits(batch):  # the demo: 64 random bit sequences of its default length (24)
+    inputs = {name: tf.constant(batch, spec.dtype) for name, spec in specs.items() if spec.dtype.is_floating}
+    if "lengths" in specs:
+        inputs["lengths"] = tf.fill([len(batch)], tf.constant(batch.shape[1], specs["lengths"].dtype))
+    return inputs
+
+if "tokens" in specs:
+    sentences = tagger_sentences()
+    singles, full = [padded([s]) for s in sentences], padded(sentences)
+    words = sum(len(s) for s in sentences)
+else:
+    rows = np.random.default_rng(0).integers(0, 2, size=(64, 24, 1)).astype("float32")
+    singles, full, words = [bits(rows[i:i + 1]) for i in range(64)], bits(rows), 64 * 24
 for x in singles[:3] + [full]:  # warm-up
-    serve(tokens=x)["tags"].numpy()
+    [t.numpy() for t in serve(**x).values()]
 one = []
 for _ in range(calls):
     for x in singles:
         began = time.perf_counter()
-        serve(tokens=x)["tags"].numpy()
+        [t.numpy() for t in serve(**x).values()]
         one.append(time.perf_counter() - began)
 many = []
 for _ in range(max(calls * 5, 5)):
     began = time.perf_counter()
-    serve(tokens=full)["tags"].numpy()
+    [t.numpy() for t in serve(**full).values()]
     many.append(time.perf_counter() - began)
 print(json.dumps({"load_seconds": load_seconds, "batch1_ms": 1000 * statistics.median(one),
-                  "batch64_ms": 1000 * statistics.median(many), "batch64_words": sum(len(s) for s in sentences),
-                  "sentences": len(sentences)}))
+                  "batch64_ms": 1000 * statistics.median(many), "batch64_words": words,
+                  "sentences": len(singles)}))
 """
 
 
@@ -96,6 +119,11 @@ def example_command(example, layers, args, report, out):
             command += ["--max-dev-sentences", str(args.max_dev_sentences)]
         if args.no_latency:
             command.append("--no-export")
+    elif example == "demo":
+        command = ["-m", "keras_birnn.demo", "--out", out]
+        if args.demo_epochs:
+            command += ["--epochs", str(args.demo_epochs)]
+        return [sys.executable] + command + ["--layers", layers, "--report-json", report, "--quiet"]
     else:
         command = [os.path.join(REPO, "examples", "sentence_classification.py"),
                    "--variants", args.classifier_variant, "--patience", str(args.epochs + 1)]
@@ -129,7 +157,7 @@ def measure(example, layers, args, workdir):
         result = json.load(f)
     result["process_seconds"] = seconds
     export_path = result.get("export_path")
-    if example == "pos" and export_path and not args.no_latency:
+    if example in ("pos", "demo") and export_path and not args.no_latency:
         command = [sys.executable, "-c", LATENCY_CHILD, export_path, args.dev, str(args.latency_calls)]
         stdout, error, _ = run_child(command, args.timeout)
         result["latency"] = json.loads(stdout.strip().splitlines()[-1]) if stdout else {"error": error}
@@ -145,7 +173,7 @@ def ratio(numerator, denominator, key) -> float:
 def describe(example, layers, result) -> str:
     epochs = result["epoch_seconds"]
     later = f"{statistics.mean(epochs[1:]):6.1f}" if len(epochs) > 1 else "     -"
-    what = "dev UPOS" if example == "pos" else "held-out"
+    what = {"pos": "dev UPOS", "classifier": "held-out", "demo": "held-out (BiGRU)"}[example]
     line = (f"{example:10s} {layers:5s} {result['variant']:12s} epoch 1 {epochs[0]:6.1f} s, later {later} s | "
             f"fit {result['fit_seconds']:6.1f} s | predict {result['predict_sentences_per_second']:6.0f} "
             f"sentences/s (first pass {result['predict_first_seconds']:5.1f} s) | {what} "
@@ -172,6 +200,8 @@ def main(argv=None):
     parser.add_argument("--pos-variant", default="bigru", help="the tagger's --variants (default bigru)")
     parser.add_argument("--classifier-variant", default="bi-attention",
                         help="the classifier's --variants (default bi-attention)")
+    parser.add_argument("--demo-epochs", type=int, default=None,
+                        help="the demo's --epochs (default: its own, 12; --epochs is for the examples)")
     parser.add_argument("--max-train-sentences", type=int, default=None, help="tagger: first N training sentences")
     parser.add_argument("--max-dev-sentences", type=int, default=None, help="tagger: first N dev sentences")
     parser.add_argument("--max-sentences", type=int, default=None, help="classifier: a seeded subset of N sentences")

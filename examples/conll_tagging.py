@@ -50,6 +50,7 @@ formats work with --train/--dev):
     python examples/conll_tagging.py --data ewt --head crf --char-encoder lstm
     python examples/conll_tagging.py --train my.train --dev my.dev --tag-column 1
     python examples/conll_tagging.py --quick --data conll2002 --head softmax,crf  # small: a smoke run
+    python examples/conll_tagging.py --data conll2000 --layers keras   # the twin from Keras's layers
 
 Each trained tagger is exported for TF Serving under
 `<out>/<data>_<head>_tagger/1/`, vocabularies inside the graph:
@@ -86,7 +87,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import keras_birnn as kb  # noqa: E402
 sys.path.insert(0, EXAMPLES)
 import pos_tagging as pos  # noqa: E402  (TokenEncoder, EncodedSet, pad_tokens, dataset, predictor)
-from keras_birnn.cli import finish_args, require_files  # noqa: E402
+from keras_birnn.cli import LAYERS, check_layers, finish_args, require_files  # noqa: E402
 from keras_birnn.datasets import read_columns, read_conllu, split_held_out  # noqa: E402
 
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
@@ -277,20 +278,28 @@ class CharEncoder(keras.layers.Layer):
         char_dim: Character embedding size.
         units: Units per direction (the CNN has twice as many filters).
         width: The CNN's window, in characters.
+        layers: "kb", or "keras": the GRU and LSTM encoders from
+            `keras.layers.Bidirectional(GRU/LSTM)` over every word of the
+            batch reshaped to `[B * T, C]`, same weights (the twin; the CNN
+            is the same either way).
 
     The output mask marks the words (at least one character).
     """
 
     def __init__(self, char_count: int, kind: str = "gru", char_dim: int = 32, units: int = 32,
-                 width: int = 3, **kwargs):
+                 width: int = 3, layers: str = "kb", **kwargs):
         super().__init__(**kwargs)
         if kind not in CHAR_ENCODERS:
             raise ValueError(f"kind must be one of {CHAR_ENCODERS}, received {kind!r}")
         self.char_count, self.kind, self.char_dim, self.units, self.width = char_count, kind, char_dim, units, width
+        self.layers_kind = check_layers(layers)
         self.embedding = keras.layers.Embedding(char_count, char_dim, name="char_embedding")
         if kind == "cnn":
             self.conv = keras.layers.Conv1D(2 * units, width, padding="same", activation="tanh", name="char_conv")
             self.pool = kb.MaskedMaxPooling(name="char_max")
+        elif layers == "keras":
+            rnn = keras.layers.GRU(units) if kind == "gru" else keras.layers.LSTM(units)
+            self.encoder = keras.layers.Bidirectional(rnn, name=f"char_bi{kind}")
         else:
             cell = kb.GRUCell(units) if kind == "gru" else kb.LSTMCell(units)
             self.encoder = kb.NestedEncoder(kb.Bidirectional(cell, name=f"char_bi{kind}"), name="char_words")
@@ -299,15 +308,21 @@ class CharEncoder(keras.layers.Layer):
         self.embedding.build((None, None))
         if self.kind == "cnn":
             self.conv.build((None, None, self.char_dim))
+        elif self.layers_kind == "keras":
+            self.encoder.build((None, None, self.char_dim))
         else:
             self.encoder.build((None, None, None, self.char_dim))
 
     def call(self, chars):
         mask = chars != 0
         embedded = self.embedding(chars)
-        if self.kind != "cnn":
+        if self.kind != "cnn" and self.layers_kind == "kb":
             return self.encoder(embedded, mask=mask)
         shape = tf.shape(chars)
+        if self.kind != "cnn":  # the Keras twin: every word of the batch, padding words too
+            flat_chars = tf.reshape(chars, [-1, shape[2]])
+            states = self.encoder(self.embedding(flat_chars), mask=flat_chars != 0)
+            return tf.reshape(states, [shape[0], shape[1], 2 * self.units])
         flat_mask = tf.reshape(mask, [-1, shape[2]])  # one row per word
         flat = tf.reshape(embedded, [-1, shape[2], self.char_dim])
         flat = tf.where(flat_mask[..., None], flat, tf.zeros_like(flat))  # as the convolution's own padding
@@ -324,12 +339,14 @@ class CharEncoder(keras.layers.Layer):
         config = super().get_config()
         config.update(char_count=self.char_count, kind=self.kind, char_dim=self.char_dim, units=self.units,
                       width=self.width)
+        if self.layers_kind != "kb":
+            config.update(layers=self.layers_kind)
         return config
 
 
 def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: str = "crf",
                  char_encoder: str = "gru", word_dim: int = 100, char_dim: int = 32, char_units: int = 32,
-                 hidden: int = 128, dropout: float = 0.33) -> keras.Model:
+                 hidden: int = 128, dropout: float = 0.33, layers: str = "kb") -> keras.Model:
     """words `[B, T]` + chars `[B, T, C]` -> tag probabilities `[B, T, n_tags]`
     (softmax) or int32 Viterbi tags `[B, T]`, 0 at padding (crf).
 
@@ -340,16 +357,23 @@ def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: st
         char_encoder: "gru", "lstm" or "cnn" (`CharEncoder`).
         word_dim, char_dim, char_units, hidden: Sizes (units per direction).
         dropout: Dropout on the word vectors and on the BiLSTM's outputs.
+        layers: "kb", or "keras": the twin, its recurrent character
+            encoder and BiLSTM from `keras.layers.Bidirectional(GRU/LSTM)`,
+            same weights; Keras has no CRF and no masked max pooling, so
+            the CRF head and the CNN encoder's pooling are kb's in both.
     """
     if head not in HEADS:
         raise ValueError(f"head must be one of {HEADS}, received {head!r}")
     words = keras.Input((None,), dtype="int32", name="words")
     chars = keras.Input((None, None), dtype="int32", name="chars")
     embedded = keras.layers.Embedding(word_count, word_dim, mask_zero=True, name="word_embedding")(words)
-    spelled = CharEncoder(char_count, char_encoder, char_dim, char_units, name="char_encoder")(chars)
+    spelled = CharEncoder(char_count, char_encoder, char_dim, char_units, layers=layers, name="char_encoder")(chars)
     x = keras.layers.Concatenate(name="word_repr")([embedded, spelled])  # keeps the word mask
     x = keras.layers.Dropout(dropout)(x)
-    x = kb.Bidirectional(kb.LSTMCell(hidden), return_sequences=True, name="bilstm")(x)
+    if layers == "keras":
+        x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, return_sequences=True), name="bilstm")(x)
+    else:
+        x = kb.Bidirectional(kb.LSTMCell(hidden), return_sequences=True, name="bilstm")(x)
     x = keras.layers.Dropout(dropout)(x)
     if head == "softmax":
         out = keras.layers.Dense(len(tags), activation="softmax", name="tags")(x)
@@ -444,6 +468,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     model = parser.add_argument_group("model")
     model.add_argument("--head", default="crf", help="softmax, crf, or both comma-separated (default crf)")
     model.add_argument("--char-encoder", choices=CHAR_ENCODERS, default="lstm", help="default lstm")
+    model.add_argument("--layers", choices=LAYERS, default="kb",
+                       help="kb (default), or keras: the same tagger's recurrent layers from keras.layers "
+                            "(GRU, LSTM, Bidirectional; the CRF head stays kb.CRF), an end-to-end benchmark")
     model.add_argument("--hidden", type=int, default=None, help="BiLSTM units per direction (default 128; --quick 32)")
     model.add_argument("--word-dim", type=int, default=None, help="word embedding size (default 100; --quick 32)")
     model.add_argument("--char-dim", type=int, default=None, help="character embedding size (default 32; --quick 16)")
@@ -534,7 +561,7 @@ def fit_head(head: str, args, train_set: pos.EncodedSet, dev_set: pos.EncodedSet
     """
     keras.utils.set_random_seed(args.seed)
     model = build_tagger(*sizes, tags, head, args.char_encoder, args.word_dim, args.char_dim, args.char_units,
-                         args.hidden, args.dropout)
+                         args.hidden, args.dropout, layers=args.layers)
     compile_tagger(model, head, args.learning_rate, args.epochs * int(np.ceil(len(train_set) / args.batch_size)))
     probe = pos.dataset(train_set.batches(args.batch_size, np.random.default_rng(args.seed + 1))[:8])
     loss_before = float(model.evaluate(probe, verbose=0))

@@ -97,7 +97,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import finish_args, require_files  # noqa: E402
+from keras_birnn.cli import LAYERS, EpochTimer, check_layers, finish_args, require_files  # noqa: E402
 from keras_birnn.datasets import read_conllu  # noqa: E402
 from keras_birnn import xla_disabled  # noqa: E402
 
@@ -109,7 +109,6 @@ EWT_FILES = {
     "test": "en_ewt-ud-test.conllu",
 }
 VARIANTS = ("gru", "bigru", "bilstm", "bilstm2")
-LAYERS = ("kb", "keras")
 PAD, OOV = "", "[UNK]"
 
 
@@ -294,8 +293,7 @@ class CharWordEncoder(keras.layers.Layer):
 
     def __init__(self, char_count: int, char_dim: int = 32, units: int = 32, layers: str = "kb", **kwargs):
         super().__init__(**kwargs)
-        if layers not in LAYERS:
-            raise ValueError(f"layers must be one of {LAYERS}, received {layers!r}")
+        check_layers(layers)
         self.char_count, self.char_dim, self.units, self.layers_kind = char_count, char_dim, units, layers
         self.embedding = keras.layers.Embedding(char_count, char_dim, name="char_embedding")
         if layers == "keras":
@@ -330,18 +328,8 @@ class CharWordEncoder(keras.layers.Layer):
 
 
 def _stacked_bilstm(hidden: int, dropout: float) -> keras.layers.Layer:
-    """Two BiLSTMs (concat between them): kb.stacked_bidirectional when the
-    package has it, else two kb.Bidirectional layers."""
-    if hasattr(kb, "stacked_bidirectional"):
-        return kb.stacked_bidirectional("lstm", units=(hidden, hidden), dropout=dropout, name="bilstm_stack")
-    return keras.Sequential(
-        [
-            kb.Bidirectional(kb.LSTMCell(hidden), return_sequences=True, name="bilstm_1"),
-            keras.layers.Dropout(dropout),
-            kb.Bidirectional(kb.LSTMCell(hidden), return_sequences=True, name="bilstm_2"),
-        ],
-        name="bilstm_stack",
-    )
+    """Two BiLSTMs (concat between them, dropout on it)."""
+    return kb.stacked_bidirectional("lstm", units=(hidden, hidden), dropout=dropout, name="bilstm_stack")
 
 
 def build_tagger(
@@ -362,8 +350,7 @@ def build_tagger(
     module docstring): `_keras_sentence_layers`."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, received {variant!r}")
-    if layers not in LAYERS:
-        raise ValueError(f"layers must be one of {LAYERS}, received {layers!r}")
+    check_layers(layers)
     words = keras.Input((None,), dtype="int32", name="words")
     chars = keras.Input((None, None), dtype="int32", name="chars")
     embedded = keras.layers.Embedding(word_count, word_dim, mask_zero=True, name="word_embedding")(words)
@@ -460,34 +447,6 @@ def compile_tagger(model, learning_rate) -> None:
         loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=-1),
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="upos")],
     )
-
-
-class EpochTimer(keras.callbacks.Callback):
-    """Seconds of each epoch of `fit`: `seconds` the training part (up to the
-    validation pass, or to the epoch's end without one), `validation_seconds`
-    the dev pass."""
-
-    def __init__(self):
-        super().__init__()
-        self.seconds: List[float] = []
-        self.validation_seconds: List[float] = []
-        self._began = self._validating = None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._began, self._validating = time.perf_counter(), None
-
-    def on_test_begin(self, logs=None):
-        if self._began is not None:  # fit's validation pass (not a separate evaluate)
-            self._validating = time.perf_counter()
-            self.seconds.append(self._validating - self._began)
-
-    def on_epoch_end(self, epoch, logs=None):
-        now = time.perf_counter()
-        if self._validating is None:
-            self.seconds.append(now - self._began)
-        else:
-            self.validation_seconds.append(now - self._validating)
-        self._began = None
 
 
 def plot_training(rows, path: str) -> Optional[str]:

@@ -74,7 +74,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import finish_args, require_files  # noqa: E402
+from keras_birnn.cli import LAYERS, EpochTimer, check_layers, finish_args, require_files  # noqa: E402
 from keras_birnn.datasets import read_polarity  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,7 +83,6 @@ POLARITY_URL = "http://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polar
 HEADS = ("final", "mean", "max", "attention")
 DIRECTIONS = ("uni", "bi")
 VARIANTS = tuple(f"{d}-{h}" for d in DIRECTIONS for h in HEADS)
-LAYERS = ("kb", "keras")
 
 
 # --- data ------------------------------------------------------------------------------
@@ -164,8 +163,7 @@ def build_classifier(variant: str, vocab_size: int, embed_dim: int = 128, hidden
     direction, head = variant.split("-")
     if direction not in DIRECTIONS or head not in HEADS:
         raise ValueError(f"variant must be one of {VARIANTS}, received {variant!r}")
-    if layers not in LAYERS:
-        raise ValueError(f"layers must be one of {LAYERS}, received {layers!r}")
+    check_layers(layers)
     words = keras.Input((None,), dtype="int32", name="words")
     x = keras.layers.Embedding(vocab_size, embed_dim, mask_zero=True, name="embedding")(words)
     x = keras.layers.Dropout(dropout)(x)
@@ -334,7 +332,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
             "variant": variant, "params": model.count_params(), "accuracy": accuracy,
             "best_epoch": int(np.argmin(val_losses)) + 1, "epochs_run": len(val_losses),
             "seconds": seconds, "loss_before": loss_before, "loss_after": loss_after,
-            "epoch_seconds": timer.seconds, "predict_first_seconds": predict_first,
+            "epoch_seconds": [t + v for t, v in zip(timer.seconds, timer.validation_seconds)],  # as fit runs them
+            "predict_first_seconds": predict_first,
         }
         if args.report_json:
             predict_began = time.perf_counter()
@@ -352,20 +351,6 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     if args.report_json:
         write_report(args.report_json, args, rows, len(test_idx), total)
     return {"rows": rows, "models": models, "vocab": vocab, "test": test, "seconds": total}
-
-
-class EpochTimer(keras.callbacks.Callback):
-    """Wall time of each epoch of `fit` (validation included)."""
-
-    def __init__(self):
-        super().__init__()
-        self.seconds = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._began = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.seconds.append(time.perf_counter() - self._began)
 
 
 def write_report(path: str, args, rows, held_out: int, total: float) -> None:

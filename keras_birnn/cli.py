@@ -1,13 +1,28 @@
-"""The shared argument checking of the demo and the examples.
+"""What the demo and the examples share: argument checks and epoch times.
 
 `python -m keras_birnn.demo` and every script in examples/ complete and
 check their parsed command lines here, so that a bad flag stops them the
 same way: argparse's usage line and a message naming the flag, exit code 2.
+Their `--report-json` files take each epoch's seconds from `EpochTimer`.
 """
 
 import argparse
 import os
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+import time
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import keras
+
+# `--layers`: keras_birnn's layers, or the same model from Keras's own (the
+# "twin" each example builds, an end-to-end benchmark against them).
+LAYERS = ("kb", "keras")
+
+
+def check_layers(layers: str) -> str:
+    """`layers` when it is one of `LAYERS`, else a ValueError naming it."""
+    if layers not in LAYERS:
+        raise ValueError(f"`layers` must be one of {LAYERS}, received {layers!r}.")
+    return layers
 
 
 def finish_args(
@@ -57,3 +72,44 @@ def require_files(
     for flag, path in files.items() if isinstance(files, Mapping) else files:
         if path is not None and not os.path.isfile(path):
             parser.error(f"{flag}: no file {path!r}" + (f"; {hint}" if hint else ""))
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Wall-clock seconds of each epoch of `model.fit`.
+
+    `seconds`: the training part of each epoch (up to its validation pass,
+    or to the epoch's end without one); `validation_seconds`: the
+    validation passes `fit` runs (`validation_data`), one per epoch that
+    has one. Keras's `History` records no times.
+
+    Example:
+
+    ```python
+    timer = EpochTimer()
+    model.fit(train, validation_data=dev, epochs=2, callbacks=[timer])
+    timer.seconds, timer.validation_seconds    # ([41.2, 30.8], [3.1, 2.9])
+    ```
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.seconds: List[float] = []
+        self.validation_seconds: List[float] = []
+        self._began: Optional[float] = None
+        self._validating: Optional[float] = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._began, self._validating = time.perf_counter(), None
+
+    def on_test_begin(self, logs=None):
+        if self._began is not None:  # fit's validation pass, not a separate evaluate()
+            self._validating = time.perf_counter()
+            self.seconds.append(self._validating - self._began)
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.perf_counter()
+        if self._validating is None:
+            self.seconds.append(now - self._began)
+        else:
+            self.validation_seconds.append(now - self._validating)
+        self._began = None

@@ -10,12 +10,14 @@ prediction from it with plain TensorFlow.
 
     python -m keras_birnn.demo            # or: keras-birnn-demo
     python -m keras_birnn.demo --quiet --epochs 5 --out /tmp/models
+    python -m keras_birnn.demo --layers keras    # the same models from keras.layers
 """
 
 import argparse
+import json
 import os
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -25,7 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import finish_args  # noqa: E402
+from keras_birnn.cli import LAYERS, EpochTimer, check_layers, finish_args  # noqa: E402
 
 BOUNDARY_DEFINITION = (
     "boundary    = the first and the last 1 of every block of consecutive 1s (a lone 1 is\n"
@@ -85,17 +87,30 @@ def make_data(count: int, length: int, rng: np.random.Generator):
 # --- the models --------------------------------------------------------------------
 
 
-def build_gru(hidden: int) -> keras.Model:
-    """Left to right: a GRU over the bits, a softmax over {outside, inside} per position."""
+def build_gru(hidden: int, layers: str = "kb") -> keras.Model:
+    """Left to right: a GRU over the bits, a softmax over {outside, inside} per position.
+
+    `layers="keras"` builds the same model from `keras.layers.GRU`."""
     bits = keras.Input((None, 1), name="bits")
-    states = kb.Recurrent(kb.GRUCell(hidden), return_sequences=True, name="gru")(bits)
+    if check_layers(layers) == "keras":
+        states = keras.layers.GRU(hidden, return_sequences=True, name="gru")(bits)
+    else:
+        states = kb.Recurrent(kb.GRUCell(hidden), return_sequences=True, name="gru")(bits)
     probs = keras.layers.Dense(2, activation="softmax", name="tags")(states)
     return keras.Model(bits, probs, name="gru_tagger")
 
 
-def build_bigru(hidden: int) -> keras.Model:
-    """Both ways: y_t = softmax(V_f h_f,t + V_b h_b,t + c)."""
+def build_bigru(hidden: int, layers: str = "kb") -> keras.Model:
+    """Both ways: y_t = softmax(V_f h_f,t + V_b h_b,t + c).
+
+    `layers="keras"` builds the same function from Keras's layers:
+    `Bidirectional(GRU)` concatenates [h_f,t, h_b,t] and a `Dense` softmax
+    multiplies it by [V_f; V_b], which is the projection merge."""
     bits = keras.Input((None, 1), name="bits")
+    if check_layers(layers) == "keras":
+        states = keras.layers.Bidirectional(keras.layers.GRU(hidden, return_sequences=True), name="bigru")(bits)
+        probs = keras.layers.Dense(2, activation="softmax", name="tags")(states)
+        return keras.Model(bits, probs, name="bigru_tagger")
     probs = kb.Bidirectional(
         kb.GRUCell(hidden),
         merge_mode="projection",
@@ -171,6 +186,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help="SavedModel base folder; the BiGRU goes to <out>/run_of_ones/1/ (default saved_models)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--layers", choices=LAYERS, default="kb",
+        help="kb: keras_birnn's layers (default); keras: the same models from keras.layers.GRU and "
+        "Bidirectional, exported with model.export to <out>/run_of_ones_keras/1/ (an end-to-end benchmark)",
+    )
+    parser.add_argument(
+        "--report-json", metavar="PATH",
+        help="also write each model's epoch seconds, fit seconds, predict throughput and accuracy to PATH",
+    )
     args = parser.parse_args(argv)
     return finish_args(parser, args, positive=("hidden", "length", "train_size", "test_size", "epochs", "batch_size"))
 
@@ -179,7 +203,6 @@ def run(argv: Optional[Sequence[str]] = None) -> DemoResult:
     """Trains, evaluates, exports and serves; prints as it goes."""
     args = parse_args(argv)
     start = time.perf_counter()
-    verbose = 0 if args.quiet else 1
     keras.utils.set_random_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     x_train, y_train = make_data(args.train_size, args.length, rng)
@@ -188,47 +211,82 @@ def run(argv: Optional[Sequence[str]] = None) -> DemoResult:
         f"Task: label each bit as inside a run of 1s (>= 2 in a row). Train {args.train_size}, "
         f"held out {args.test_size} sequences of {args.length} fair-coin bits; seed {args.seed}."
     )
-
     models, rows = {}, []
     for name, build in zip(MODEL_NAMES, (build_gru, build_bigru)):
-        model = build(args.hidden)
-        model.compile(
-            optimizer=keras.optimizers.Adam(0.01),
-            loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"],
-        )
-        print(f"\nTraining the {name} (hidden {args.hidden}, {model.count_params()} parameters)")
-        model.fit(
-            x_train, y_train, batch_size=args.batch_size, epochs=args.epochs,
-            verbose=verbose, shuffle=True,
-        )
-        probs = model.predict(x_test, batch_size=256, verbose=0)
-        rows.append(
-            {"model": name, "hidden": args.hidden, "params": model.count_params(),
-             **accuracies(probs, x_test[..., 0], y_test)}
-        )
-        models[name] = model
-
-    print(f"\nHeld-out accuracy ({args.test_size} x {args.length} positions):")
+        models[name], row = train_one(name, build(args.hidden, args.layers), args, (x_train, y_train))
+        probs = predict_timed(models[name], x_test, row)
+        rows.append({**row, **accuracies(probs, x_test[..., 0], y_test)})
+    twin = ", Keras's GRU layers (--layers keras)" if args.layers == "keras" else ""
+    print(f"\nHeld-out accuracy ({args.test_size} x {args.length} positions){twin}:")
     print(format_table(rows))
     print(BOUNDARY_DEFINITION)
 
-    export_dir = os.path.join(args.out, "run_of_ones")
-    path = kb.export_saved_model(models["BiGRU"], export_dir, version=1, overwrite=True)
-    served = tf.saved_model.load(path).signatures["serving_default"]
-    bits = x_test[:1]
-    served_probs = served(
-        inputs=tf.constant(bits), lengths=tf.constant([args.length], tf.int32)
-    )["outputs"].numpy()[0]
-    keras_probs = np.asarray(models["BiGRU"](bits, training=False))[0]
+    path, served_probs = export_and_serve(models["BiGRU"], args, x_test[:1])
+    keras_probs = np.asarray(models["BiGRU"](x_test[:1], training=False))[0]
     print(f"\nExported the BiGRU to {path}; reloaded with tf.saved_model.load (serving_default):")
-    print(f"  input bits       : {format_bits(bits[0, :, 0])}")
+    print(f"  input bits       : {format_bits(x_test[0, :, 0])}")
     print(f"  true labels      : {format_bits(y_test[0])}")
     print(f"  predicted labels : {format_bits(np.argmax(served_probs, axis=-1))}")
     print(f"  max |SavedModel - Keras| probability difference: {np.max(np.abs(served_probs - keras_probs)):.1e}")
     seconds = time.perf_counter() - start
     print(f"Done in {seconds:.1f} s.")
-    return DemoResult(models, rows, x_test, y_test, path, bits[0, :, 0], served_probs, seconds)
+    if args.report_json:
+        write_report(args.report_json, args, rows, path, seconds)
+    return DemoResult(models, rows, x_test, y_test, path, x_test[0, :, 0], served_probs, seconds)
+
+
+def train_one(name: str, model: keras.Model, args: argparse.Namespace, train) -> Tuple[keras.Model, dict]:
+    """Compiles and fits one model; its row: name, sizes and timings."""
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    print(f"\nTraining the {name} (hidden {args.hidden}, {model.count_params()} parameters)")
+    timer = EpochTimer()
+    model.fit(*train, batch_size=args.batch_size, epochs=args.epochs, verbose=0 if args.quiet else 1,
+              shuffle=True, callbacks=[timer])
+    return model, {"model": name, "hidden": args.hidden, "params": model.count_params(),
+                   "epoch_seconds": timer.seconds, "fit_seconds": sum(timer.seconds)}
+
+
+def predict_timed(model: keras.Model, x: np.ndarray, row: dict) -> np.ndarray:
+    """`model.predict` twice (the first traces); the times go into `row`."""
+    began = time.perf_counter()
+    model.predict(x, batch_size=256, verbose=0)
+    row["predict_first_seconds"] = time.perf_counter() - began
+    began = time.perf_counter()
+    probs = model.predict(x, batch_size=256, verbose=0)
+    row["predict_sentences_per_second"] = len(x) / (time.perf_counter() - began)
+    return probs
+
+
+def export_and_serve(model: keras.Model, args: argparse.Namespace, bits: np.ndarray) -> Tuple[str, np.ndarray]:
+    """Exports `model` as a SavedModel version 1 and serves `bits` from the
+    reloaded file: `kb.export_saved_model` (inputs and lengths), or for the
+    Keras twin Keras's own `model.export` (its input by name)."""
+    if args.layers == "keras":
+        path = os.path.join(args.out, "run_of_ones_keras", "1")
+        model.export(path, verbose=False)
+        served = tf.saved_model.load(path).signatures["serving_default"]
+        outputs = served(bits=tf.constant(bits))
+    else:
+        path = kb.export_saved_model(model, os.path.join(args.out, "run_of_ones"), version=1, overwrite=True)
+        served = tf.saved_model.load(path).signatures["serving_default"]
+        outputs = served(inputs=tf.constant(bits), lengths=tf.constant([bits.shape[1]], tf.int32))
+    (probs,) = outputs.values()
+    return path, probs.numpy()[0]
+
+
+def write_report(path: str, args: argparse.Namespace, rows: Sequence[dict], export_path: str,
+                 seconds: float) -> None:
+    """--report-json: every model's row; the BiGRU's also at the top level
+    (what `benchmarks/bench_examples.py` reads)."""
+    entries = [{**row, "variant": row["model"], "accuracy": row["overall"]} for row in rows]
+    report = {"example": "demo", "layers": args.layers, "seconds": seconds, "export_path": export_path,
+              "variants": entries, **entries[-1]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

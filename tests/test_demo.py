@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import os
 import re
 
@@ -174,3 +175,49 @@ def test_flags_are_checked_and_main_is_the_console_entry():
     with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml")) as f:
         assert 'keras-birnn-demo = "keras_birnn.demo:main"' in f.read()
     assert callable(demo.main)
+
+
+@pytest.mark.parametrize("name", ["GRU", "BiGRU"])
+def test_keras_twin_is_the_same_function(name):
+    """`--layers keras`: the same parameters, and with the twin's weights the
+    kb model gives the twin's probabilities (kb's projection merge holds
+    V_f, V_b, c where the twin's Dense kernel is [V_f; V_b])."""
+    build = {"GRU": demo.build_gru, "BiGRU": demo.build_bigru}[name]
+    ours, twin = build(5), build(5, layers="keras")
+    assert ours.count_params() == twin.count_params()
+    modules = lambda model: {type(layer).__module__.split(".")[0] for layer in model._flatten_layers()}  # noqa: E731
+    assert "keras_birnn" in modules(ours) and "keras_birnn" not in modules(twin)
+    weights = twin.get_weights()
+    if name == "BiGRU":
+        kernel, bias = weights[-2:]
+        weights = weights[:-2] + [kernel[:5], kernel[5:], bias]
+    ours.set_weights(weights)
+    bits = np.random.default_rng(3).integers(0, 2, size=(4, 9, 1)).astype("float32")
+    expected = np.asarray(twin(bits))
+    np.testing.assert_allclose(np.asarray(ours(bits)), expected, atol=1e-6, rtol=1e-5)
+    assert np.abs(expected - expected[..., ::-1]).max() > 1e-3  # not a constant 0.5
+    with pytest.raises(ValueError, match="`layers`.*'torch'"):
+        build(5, layers="torch")
+
+
+@pytest.mark.slow(reason="trains and exports both demo models twice, ~15 s")
+@pytest.mark.parametrize("layers", ["kb", "keras"])
+def test_report_json_and_the_served_twin(tmp_path, layers):
+    report = tmp_path / "report.json"
+    text = io.StringIO()
+    argv = ["--hidden", "4", "--length", "10", "--train-size", "64", "--test-size", "40", "--epochs", "2",
+            "--quiet", "--out", str(tmp_path), "--layers", layers, "--report-json", str(report)]
+    with contextlib.redirect_stdout(text):
+        result = demo.run(argv)
+    folder = "run_of_ones_keras" if layers == "keras" else "run_of_ones"
+    assert result.export_path == os.path.join(str(tmp_path), folder, "1")
+    np.testing.assert_allclose(result.served_probs, result.models["BiGRU"].predict(result.x_test[:1], verbose=0)[0],
+                               atol=1e-6)
+    written = json.loads(report.read_text())
+    assert (written["example"], written["layers"], written["variant"]) == ("demo", layers, "BiGRU")
+    assert [v["variant"] for v in written["variants"]] == ["GRU", "BiGRU"]
+    assert len(written["epoch_seconds"]) == 2 and written["fit_seconds"] == pytest.approx(
+        sum(written["epoch_seconds"]))
+    assert written["predict_sentences_per_second"] > 0 and written["predict_first_seconds"] > 0
+    assert written["accuracy"] == pytest.approx(result.rows[1]["overall"])
+    assert written["params"] == result.models["BiGRU"].count_params()

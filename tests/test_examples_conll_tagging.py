@@ -144,13 +144,16 @@ def test_word_keys_lower_case_and_digits(ct):
 
 def test_flags(ct, tmp_path):
     for argv in (["--data", "conll2002", "--train", "x"], [], ["--data", "conll2002", "--head", "hmm"],
-                 ["--train", "x", "--held-out", "1.0"], ["--data", "ewt", "--char-encoder", "rnn"]):
+                 ["--train", "x", "--held-out", "1.0"], ["--data", "ewt", "--char-encoder", "rnn"],
+                 ["--data", "ewt", "--layers", "torch"]):
         with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
             ct.parse_args(argv)
     (tmp_path / "conll2000_chunking").mkdir()
     (tmp_path / "conll2000_chunking" / "train.txt").write_text("")
     args = ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path)])
     assert args.heads == ["crf"] and args.char_encoder == "lstm" and args.epochs == 8 and args.name == "conll2000"
+    assert args.layers == "kb"
+    assert ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path), "--layers", "keras"]).layers == "keras"
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "b.txt").write_text("")
     args = ct.parse_args(["--train", str(tmp_path / "a" / "b.txt"), "--head", "softmax,crf", "--quick"])
@@ -220,8 +223,10 @@ def test_conll2000_crf_head_with_char_lstm_on_the_held_out_split(ct, tmp_path):
 
 @pytest.mark.slow(reason="trains a tagger on shared data, ~20-35 s")
 @pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
-def test_ewt_upos_softmax_head_with_char_gru(ct, tmp_path):
+def test_ewt_upos_softmax_head_with_char_gru_keras_twin(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "ewt", "--head", "softmax", "--char-encoder", "gru",
-                                    "--out", str(tmp_path), *TINY])
+                                    "--layers", "keras", "--out", str(tmp_path), *TINY])
     assert "accuracy" in text
+    layers = {type(layer).__module__.split(".")[0] for layer in result["models"]["softmax"]._flatten_layers()}
+    assert "keras_birnn" not in layers  # the twin: Keras's GRU, LSTM and Bidirectional only
     check_run(ct, result, "softmax")

@@ -1,7 +1,8 @@
 """The examples' `--layers keras` twins are the same models.
 
-For every variant of examples/pos_tagging.py and
-examples/sentence_classification.py: the Keras twin has the same number
+For every variant of examples/pos_tagging.py,
+examples/sentence_classification.py and examples/conll_tagging.py (each
+character encoder, both heads): the Keras twin has the same number
 of trainable parameters, and with the kb model given the twin's weights
 (kb layers use Keras's weight layout; the projection merge's V_f, V_b, c
 are the rows of the twin's Dense kernel and its bias) both give the same
@@ -144,6 +145,39 @@ def test_classifier_twin_has_the_same_parameters_and_predictions(variant):
     # Padding changes nothing in the twin either (the heads read the mask).
     wider = np.pad(words, ((0, 0), (0, 3)))
     np.testing.assert_allclose(np.asarray(twin(wider, training=False)), expected, atol=1e-5, rtol=1e-5)
+
+
+# --- conll_tagging ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head,char_encoder", [("softmax", "gru"), ("softmax", "lstm"), ("crf", "lstm"),
+                                               ("crf", "cnn")])
+def test_conll_tagger_twin_has_the_same_parameters_and_predictions(tagger_data, head, char_encoder):
+    pos, word_ids, char_ids, n_words, n_chars, _ = tagger_data
+    ct = load_example("conll_tagging")
+    tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    sizes = dict(word_dim=12, char_dim=6, char_units=5, hidden=7, dropout=0.3)
+    ours = ct.build_tagger(n_words, n_chars, tags, head, char_encoder, **sizes)
+    twin = ct.build_tagger(n_words, n_chars, tags, head, char_encoder, **sizes, layers="keras")
+    # Keras has no CRF and no masked max pooling (the CNN's): those stay kb's.
+    kept = {name for name, used in (("CRF", head == "crf"), ("MaskedMaxPooling", char_encoder == "cnn")) if used}
+    assert {type(layer).__name__ for layer in library_layers(twin)} == kept
+    assert trainable_count(ours) == trainable_count(twin) == ours.count_params() == twin.count_params()
+    ours.set_weights(twin.get_weights())
+    for layer in (ours, twin):  # random transitions: the CRF's decoding depends on them
+        for weight in layer.weights:
+            if "transition" in weight.path:
+                weight.assign(np.random.default_rng(1).normal(size=weight.shape).astype("float32"))
+    expected = np.asarray(twin((word_ids, char_ids), training=False))
+    actual = np.asarray(ours((word_ids, char_ids), training=False))
+    valid = word_ids != 0
+    if head == "softmax":
+        np.testing.assert_allclose(actual[valid], expected[valid], atol=1e-5, rtol=1e-5)
+    else:  # Viterbi tags
+        np.testing.assert_array_equal(actual[valid], expected[valid])
+        assert len(np.unique(expected[valid])) > 1
+    with pytest.raises(ValueError, match="layers"):
+        ct.build_tagger(10, 10, tags, layers="torch")
 
 
 # --- tiny runs of the keras path ---------------------------------------------------------------
