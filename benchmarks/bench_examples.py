@@ -63,8 +63,7 @@ specs = serve.structured_input_signature[1]
 def tagger_sentences():  # the words of the first 64 dev sentences (CoNLL-U lines with an integer ID)
     sentences, tokens = [], []
     for line in open(dev_path, encoding="utf-8"):
-        columns = line.rstrip("
-").split("	")
+        columns = line.rstrip("\n").split("\t")
         if len(columns) >= 10 and columns[0].isdigit():
             tokens.append(columns[1])
         elif not line.strip() and tokens:
@@ -121,6 +120,8 @@ def example_command(example, layers, args, report, out):
             command.append("--no-export")
     elif example == "demo":
         command = ["-m", "keras_birnn.demo", "--out", out]
+        if args.quick:
+            command += ["--train-size", "200", "--test-size", "100", "--epochs", "2"]
         if args.demo_epochs:
             command += ["--epochs", str(args.demo_epochs)]
         return [sys.executable] + command + ["--layers", layers, "--report-json", report, "--quiet"]
