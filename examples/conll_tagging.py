@@ -318,11 +318,9 @@ class CharEncoder(keras.layers.Layer):
         embedded = self.embedding(chars)
         if self.kind != "cnn" and self.layers_kind == "kb":
             return self.encoder(embedded, mask=mask)
+        if self.kind != "cnn":  # the Keras twin
+            return pos.over_every_word(self.encoder, embedded, mask)
         shape = tf.shape(chars)
-        if self.kind != "cnn":  # the Keras twin: every word of the batch, padding words too
-            flat_chars = tf.reshape(chars, [-1, shape[2]])
-            states = self.encoder(self.embedding(flat_chars), mask=flat_chars != 0)
-            return tf.reshape(states, [shape[0], shape[1], 2 * self.units])
         flat_mask = tf.reshape(mask, [-1, shape[2]])  # one row per word
         flat = tf.reshape(embedded, [-1, shape[2], self.char_dim])
         flat = tf.where(flat_mask[..., None], flat, tf.zeros_like(flat))  # as the convolution's own padding

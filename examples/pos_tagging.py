@@ -282,6 +282,17 @@ def training_data(encoded: "EncodedSet", batch_size: int, rng: Optional[np.rando
 # --- the model -------------------------------------------------------------------------
 
 
+def over_every_word(encoder: keras.layers.Layer, embedded: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """The Keras twins' character encoders: `encoder` (a Keras
+    `Bidirectional` returning final states) over every word of `embedded`
+    `[B, T, C, D]` reshaped to `[B * T, C, D]`, padding words too, the
+    way a Keras user writes it; back to `[B, T, width]`."""
+    shape = tf.shape(embedded)
+    flat = tf.reshape(embedded, [-1, shape[2], embedded.shape[-1]])  # one row per word
+    states = encoder(flat, mask=tf.reshape(mask, [-1, shape[2]]))
+    return tf.reshape(states, [shape[0], shape[1], states.shape[-1]])
+
+
 class CharWordEncoder(keras.layers.Layer):
     """chars `[B, T, C]` -> one vector per word `[B, T, 2 * units]`: the final
     states of a kb.Bidirectional(kb.GRUCell) over each word's characters,
@@ -308,10 +319,7 @@ class CharWordEncoder(keras.layers.Layer):
     def call(self, chars):
         if self.layers_kind == "kb":
             return self.encoder(self.embedding(chars), mask=chars != 0)
-        shape = tf.shape(chars)
-        flat = tf.reshape(chars, [-1, shape[2]])  # one row per word
-        states = self.encoder(self.embedding(flat), mask=flat != 0)
-        return tf.reshape(states, [shape[0], shape[1], 2 * self.units])
+        return over_every_word(self.encoder, self.embedding(chars), chars != 0)
 
     def compute_mask(self, chars, mask=None):
         return keras.ops.any(keras.ops.not_equal(chars, 0), axis=-1)
