@@ -100,6 +100,7 @@ HEADS = ("softmax", "crf")
 CHAR_ENCODERS = ("gru", "lstm", "cnn")
 PAD, OOV_ID = "", 1
 Tagged = Tuple[List[str], List[str]]
+Features = List[List[str]]  # one sentence's extra columns: [token][column]
 
 
 # --- scoring: conlleval's spans ----------------------------------------------------------------
@@ -190,9 +191,11 @@ def to_iob2(tags: Sequence[str]) -> List[str]:
 # --- data --------------------------------------------------------------------------------------
 
 
-def load_data(args: argparse.Namespace) -> Tuple[List[Tagged], List[Tagged], str]:
-    """(train, dev, what dev is): the files of --data or --train/--dev; without
-    a dev file, a seeded --held-out share of train (`split_held_out`)."""
+def load_data(args: argparse.Namespace) -> Tuple[List[Tagged], List[Tagged], str, List[Features], List[Features]]:
+    """(train, dev, what dev is, train features, dev features): the files of
+    --data or --train/--dev; without a dev file, a seeded --held-out share
+    of train (`split_held_out`). The features are the values of the
+    --feature-columns, `[token][column]` per sentence (empty lists without)."""
     if args.data:
         fmt, train_path, dev_path = DATA[args.data]
         train_path = os.path.join(args.data_dir, train_path)
@@ -201,15 +204,31 @@ def load_data(args: argparse.Namespace) -> Tuple[List[Tagged], List[Tagged], str
         fmt, train_path, dev_path = args.format, args.train, args.dev
         if fmt is None:
             fmt = "conllu" if train_path.endswith(".conllu") else "columns"
-    read = (lambda p: [(t, upos) for t, upos, _ in read_conllu(p)]) if fmt == "conllu" else (
-        lambda p: read_columns(p, args.token_column, args.tag_column))
-    train = read(train_path)
+    def read(path):
+        if fmt == "conllu":
+            return [(t, upos) for t, upos, _ in read_conllu(path)], None
+        return read_columns(path, args.token_column, args.tag_column), read_features(path, args)
+
+    (train, train_features), what = read(train_path), None
     if dev_path:
-        dev, what = read(dev_path), os.path.basename(dev_path)
+        (dev, dev_features), what = read(dev_path), os.path.basename(dev_path)
     else:
-        train, dev = split_held_out(train, args.held_out, args.split_seed)
+        kept, held = split_held_out(range(len(train)), args.held_out, args.split_seed)
+        dev, dev_features = [train[i] for i in held], train_features and [train_features[i] for i in held]
+        train, train_features = [train[i] for i in kept], train_features and [train_features[i] for i in kept]
         what = f"held-out {args.held_out:.0%} of {os.path.basename(train_path)}, split seed {args.split_seed}"
-    return train[: args.max_train_sentences], dev[: args.max_dev_sentences], what
+    train, dev = train[: args.max_train_sentences], dev[: args.max_dev_sentences]
+    return train, dev, what, (train_features or [])[: len(train)], (dev_features or [])[: len(dev)]
+
+
+def read_features(path: str, args: argparse.Namespace) -> Optional[List[Features]]:
+    """The values of --feature-columns in a column file, `[token][column]`
+    per sentence; None without --feature-columns."""
+    if not args.feature_columns:
+        return None
+    columns = [read_columns(path, args.token_column, c) for c in args.feature_columns]
+    return [[list(values) for values in zip(*(sentences[i][1] for sentences in columns))]
+            for i in range(len(columns[0]))]
 
 
 class WordEncoder(pos.TokenEncoder):
@@ -245,9 +264,66 @@ def build_vocabularies(train: Sequence[Tagged], min_word_count: int = 2, digits:
     return words, chars, sorted({tag for _, tags in train for tag in tags})
 
 
-def encode(sentences: Sequence[Tagged], encoder: WordEncoder, tags: Sequence[str]) -> pos.EncodedSet:
-    """Ids of every sentence (`pos_tagging.EncodedSet`; tags unseen in training become -1)."""
-    return pos.EncodedSet([(toks, labels, None) for toks, labels in sentences], encoder, tags)
+class FeatureEncoder:
+    """Values of the extra columns (--feature-columns: CoNLL-2000's POS tags,
+    for example) to ids: one StringLookup over `"<k>=<value>"` keys (k: the
+    column's place among the feature columns), 0 = padding, 1 = unseen.
+
+    Args:
+        values: The training values, `[token][column]` per sentence.
+    """
+
+    def __init__(self, values: Sequence[Features]):
+        rows = [row for sentence in values for row in sentence]
+        self.columns = len(rows[0]) if rows else 0
+        keys = sorted({f"{k}={v}" for row in rows for k, v in enumerate(row)})
+        self.index = {key: i + 2 for i, key in enumerate(keys)}  # the StringLookup's ids
+        self.lookup = keras.layers.StringLookup(vocabulary=keys, mask_token=PAD, num_oov_indices=1,
+                                                name="feature_lookup")
+        self.lookup.build(None)  # ids come from `ids` in training; the export needs it built
+
+    @property
+    def count(self) -> int:
+        return len(self.index) + 2
+
+    def ids(self, sentence: Features) -> np.ndarray:
+        """One sentence's ids `[tokens, columns]`, in NumPy (as `__call__`)."""
+        return np.array([[self.index.get(f"{k}={v}", OOV_ID) for k, v in enumerate(row)] for row in sentence],
+                        np.int32).reshape(len(sentence), self.columns)
+
+    def __call__(self, values) -> tf.Tensor:
+        """values: string `[batch, time, columns]`, "" = padding -> int32 ids, in TensorFlow."""
+        values = tf.convert_to_tensor(values, tf.string)
+        keyed = tf.strings.as_string(tf.range(self.columns)) + "=" + values
+        return tf.cast(self.lookup(tf.where(values == PAD, PAD, keyed)), tf.int32)
+
+
+class TaggedSet(pos.EncodedSet):
+    """`pos_tagging.EncodedSet` (word and character ids per sentence, tags
+    unseen in training -> -1), with the --feature-columns' ids: its batches'
+    inputs are then `(words, chars, features [B, T, columns])`."""
+
+    def __init__(self, sentences: Sequence[Tagged], encoder: WordEncoder, tags: Sequence[str],
+                 features: Sequence[Features] = (), feature_encoder: Optional[FeatureEncoder] = None):
+        super().__init__([(toks, labels, None) for toks, labels in sentences], encoder, tags)
+        self.feature_encoder = feature_encoder
+        if feature_encoder is not None:
+            self.feature_ids = [feature_encoder.ids(f) for f in features]
+
+    def batch(self, idx):
+        inputs, labels = super().batch(idx)
+        if self.feature_encoder is None:
+            return inputs, labels
+        features = np.zeros(labels.shape + (self.feature_encoder.columns,), np.int32)
+        for row, i in enumerate(idx):
+            features[row, : self.lengths[i]] = self.feature_ids[i]
+        return (*inputs, features), labels
+
+
+def encode(sentences: Sequence[Tagged], encoder: WordEncoder, tags: Sequence[str], features: Sequence[Features] = (),
+           feature_encoder: Optional[FeatureEncoder] = None) -> TaggedSet:
+    """Ids of every sentence (`TaggedSet`)."""
+    return TaggedSet(sentences, encoder, tags, features, feature_encoder)
 
 
 def drop_words(batches: list, rate: float, rng: np.random.Generator) -> list:
@@ -256,9 +332,9 @@ def drop_words(batches: list, rate: float, rng: np.random.Generator) -> list:
     if rate <= 0:
         return batches
     dropped = []
-    for (words, chars), labels in batches:
+    for (words, *others), labels in batches:
         drop = (words > OOV_ID) & (rng.random(words.shape) < rate)
-        dropped.append(((np.where(drop, OOV_ID, words).astype(np.int32), chars), labels))
+        dropped.append(((np.where(drop, OOV_ID, words).astype(np.int32), *others), labels))
     return dropped
 
 
@@ -344,9 +420,11 @@ class CharEncoder(keras.layers.Layer):
 
 def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: str = "crf",
                  char_encoder: str = "gru", word_dim: int = 100, char_dim: int = 32, char_units: int = 32,
-                 hidden: int = 128, dropout: float = 0.33, layers: str = "kb") -> keras.Model:
-    """words `[B, T]` + chars `[B, T, C]` -> tag probabilities `[B, T, n_tags]`
-    (softmax) or int32 Viterbi tags `[B, T]`, 0 at padding (crf).
+                 hidden: int = 128, dropout: float = 0.33, layers: str = "kb", feature_count: int = 0,
+                 feature_columns: int = 0, feature_dim: int = 16) -> keras.Model:
+    """words `[B, T]` + chars `[B, T, C]` (+ features `[B, T, columns]`) ->
+    tag probabilities `[B, T, n_tags]` (softmax) or int32 Viterbi tags
+    `[B, T]`, 0 at padding (crf).
 
     Args:
         word_count, char_count: Vocabulary sizes (with padding and OOV).
@@ -359,6 +437,10 @@ def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: st
             encoder and BiLSTM from `keras.layers.Bidirectional(GRU/LSTM)`,
             same weights; Keras has no CRF and no masked max pooling, so
             the CRF head and the CNN encoder's pooling are kb's in both.
+        feature_count, feature_columns, feature_dim: With `feature_columns`,
+            a third input of `FeatureEncoder` ids (`feature_count` of them),
+            each embedded in `feature_dim` and concatenated to the word's
+            vector.
     """
     if head not in HEADS:
         raise ValueError(f"head must be one of {HEADS}, received {head!r}")
@@ -366,7 +448,13 @@ def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: st
     chars = keras.Input((None, None), dtype="int32", name="chars")
     embedded = keras.layers.Embedding(word_count, word_dim, mask_zero=True, name="word_embedding")(words)
     spelled = CharEncoder(char_count, char_encoder, char_dim, char_units, layers=layers, name="char_encoder")(chars)
-    x = keras.layers.Concatenate(name="word_repr")([embedded, spelled])  # keeps the word mask
+    inputs, parts = [words, chars], [embedded, spelled]
+    if feature_columns:
+        features = keras.Input((None, feature_columns), dtype="int32", name="features")
+        values = keras.layers.Embedding(feature_count, feature_dim, name="feature_embedding")(features)
+        inputs.append(features)
+        parts.append(keras.layers.Reshape((-1, feature_columns * feature_dim), name="feature_vectors")(values))
+    x = keras.layers.Concatenate(name="word_repr")(parts)  # keeps the word mask
     x = keras.layers.Dropout(dropout)(x)
     if layers == "keras":
         x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, return_sequences=True), name="bilstm")(x)
@@ -379,7 +467,7 @@ def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: st
         emissions = keras.layers.Dense(len(tags), name="emissions")(x)
         constraints = "iob2" if is_iob(tags) else None
         out = kb.CRF(len(tags), tags=list(tags), allowed_transitions=constraints, name="crf")(emissions)
-    return keras.Model([words, chars], out, name=f"{char_encoder}_bilstm_{head}_tagger")
+    return keras.Model(inputs, out, name=f"{char_encoder}_bilstm_{head}_tagger")
 
 
 def compile_tagger(model: keras.Model, head: str, learning_rate: float, steps: int) -> None:
@@ -396,8 +484,8 @@ def predict_ids(model: keras.Model, encoded: pos.EncodedSet, batch_size: int = 1
     order = np.argsort(encoded.lengths, kind="stable")
     for s in range(0, len(order), batch_size):
         idx = order[s : s + batch_size]
-        (words, chars), _ = encoded.batch(idx)
-        y = pos.predictor(model)(words, chars).numpy()
+        inputs, _ = encoded.batch(idx)
+        y = pos.predictor(model)(*inputs).numpy()
         ids = y.argmax(-1) if y.ndim == 3 else y
         for row, i in enumerate(idx):
             out[i] = ids[row, : encoded.lengths[i]]
@@ -424,8 +512,10 @@ def evaluate(model: keras.Model, encoded: pos.EncodedSet, gold: Sequence[Sequenc
 
 
 def export_tagger(model: keras.Model, encoder: WordEncoder, tags: Sequence[str], export_dir: str,
-                  version: int = 1) -> str:
-    """Writes `export_dir/<version>/`: string tokens in, tag strings out.
+                  version: int = 1, feature_encoder: Optional[FeatureEncoder] = None) -> str:
+    """Writes `export_dir/<version>/`: string tokens (and, with a
+    `feature_encoder`, the string `features [batch, time, columns]`) in,
+    tag strings out.
 
     The lookups live in the graph; the CRF's Viterbi decoding too. Traced
     without XLA and checked with `kb.check_graph_ops`.
@@ -433,10 +523,14 @@ def export_tagger(model: keras.Model, encoder: WordEncoder, tags: Sequence[str],
     from keras_birnn.export import write_version
 
     tag_names = tf.constant([PAD] + list(tags))  # index 0: padding
+    signature = [tf.TensorSpec([None, None], tf.string, name="tokens")]
+    if feature_encoder is not None:
+        signature.append(tf.TensorSpec([None, None, feature_encoder.columns], tf.string, name="features"))
 
-    def serve(tokens):
+    def serve(tokens, *features):
         word_ids, char_ids = encoder(tokens)
-        y = model((word_ids, char_ids), training=False)
+        inputs = (word_ids, char_ids, *(feature_encoder(f) for f in features))
+        y = model(inputs, training=False)
         ids = tf.argmax(y, axis=-1, output_type=tf.int32) if y.shape.rank == 3 else tf.cast(y, tf.int32)
         tag_ids = tf.where(word_ids != 0, ids, -1)
         return {"tags": tf.gather(tag_names, tag_ids + 1), "tag_ids": tag_ids}
@@ -445,10 +539,10 @@ def export_tagger(model: keras.Model, encoder: WordEncoder, tags: Sequence[str],
     archive.track(model)
     archive.track(encoder.word_lookup)
     archive.track(encoder.char_lookup)
+    if feature_encoder is not None:
+        archive.track(feature_encoder.lookup)
     with kb.xla_disabled():
-        archive.add_endpoint(
-            "serving_default", serve, input_signature=[tf.TensorSpec([None, None], tf.string, name="tokens")]
-        )
+        archive.add_endpoint("serving_default", serve, input_signature=signature)
         return write_version(archive, export_dir, version)
 
 
@@ -477,6 +571,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     model.add_argument("--max-chars", type=int, default=16, help="characters kept per word (default 16)")
     model.add_argument("--min-word-count", type=int, default=2, help="training count for a word vector (default 2)")
     model.add_argument("--keep-digits", action="store_true", help="do not map digits to 0 in the word keys")
+    model.add_argument("--feature-columns", type=int, nargs="+", default=None, metavar="K",
+                       help="column files: columns whose values are embedded as word features (CoNLL-2000: 1, "
+                       "the POS tags)")
+    model.add_argument("--feature-dim", type=int, default=16, help="embedding size per feature column (default 16)")
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=None, help="training epochs (default 8; --quick 3)")
     train.add_argument("--batch-size", type=int, default=None, help="default 32; --quick 16")
@@ -523,6 +621,10 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         parser.error("--held-out must be in (0, 1)")
     if not 0 <= args.word_dropout < 1:
         parser.error("--word-dropout must be in [0, 1)")
+    conllu = DATA[args.data][0] == "conllu" if args.data else (
+        args.format == "conllu" or (args.format is None and args.train.endswith(".conllu")))
+    if args.feature_columns and conllu:
+        parser.error(f"--feature-columns reads column files, received CoNLL-U ({args.data or args.train})")
     args.heads = args.head
     args = finish_args(
         parser, args,
@@ -531,7 +633,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
                    batch_size=(16, 32), learning_rate=(1e-2, 3e-3)),
         choices=("heads", HEADS),
         positive=("epochs", "batch_size", "hidden", "word_dim", "char_dim", "char_units", "max_chars",
-                  "min_word_count"),
+                  "min_word_count", "feature_dim"),
     )
     args.name = args.data or os.path.splitext(os.path.basename(args.train))[0]
     if args.data:
@@ -548,7 +650,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
     return args
 
 
-def fit_head(head: str, args, train_set: pos.EncodedSet, dev_set: pos.EncodedSet, dev_gold, tags,
+def fit_head(head: str, args, train_set: TaggedSet, dev_set: TaggedSet, dev_gold, tags,
              sizes: Tuple[int, int]) -> Tuple[keras.Model, Dict]:
     """Trains one head; returns the model and its row of results.
 
@@ -558,8 +660,10 @@ def fit_head(head: str, args, train_set: pos.EncodedSet, dev_set: pos.EncodedSet
     (all threads), less sensitive to other jobs on the machine.
     """
     keras.utils.set_random_seed(args.seed)
+    features = train_set.feature_encoder
     model = build_tagger(*sizes, tags, head, args.char_encoder, args.word_dim, args.char_dim, args.char_units,
-                         args.hidden, args.dropout, layers=args.layers)
+                         args.hidden, args.dropout, layers=args.layers, feature_count=features.count if features else 0,
+                         feature_columns=features.columns if features else 0, feature_dim=args.feature_dim)
     compile_tagger(model, head, args.learning_rate, args.epochs * int(np.ceil(len(train_set) / args.batch_size)))
     probe = pos.dataset(train_set.batches(args.batch_size, np.random.default_rng(args.seed + 1))[:8])
     loss_before = float(model.evaluate(probe, verbose=0))
@@ -578,7 +682,7 @@ def fit_head(head: str, args, train_set: pos.EncodedSet, dev_set: pos.EncodedSet
     return model, row
 
 
-def train_epochs(model: keras.Model, args, train_set: pos.EncodedSet, dev_set: pos.EncodedSet, dev_gold,
+def train_epochs(model: keras.Model, args, train_set: TaggedSet, dev_set: TaggedSet, dev_gold,
                  tags) -> Dict:
     """`model.fit` one epoch at a time on new length-bucketed batches (word
     dropout applied); the dev score after each epoch unless --quiet."""
@@ -617,11 +721,13 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     """Trains each head, prints the table, exports each tagger; returns the results."""
     args = parse_args(argv)
     start = time.perf_counter()
-    train, dev, dev_name = load_data(args)
+    train, dev, dev_name, train_features, dev_features = load_data(args)
     train, repaired = training_tags_in_iob2(train)
     words, chars, tags = build_vocabularies(train, args.min_word_count, args.keep_digits)
     encoder = WordEncoder(words, chars, args.max_chars, digits=args.keep_digits)
-    train_set, dev_set = encode(train, encoder, tags), encode(dev, encoder, tags)
+    features = FeatureEncoder(train_features) if args.feature_columns else None
+    train_set = encode(train, encoder, tags, train_features, features)
+    dev_set = encode(dev, encoder, tags, dev_features, features)
     dev_gold = [labels for _, labels in dev]
     print(f"Train {len(train)} sentences / {int(train_set.lengths.sum())} tokens, dev ({dev_name}) {len(dev)} / "
           f"{int(dev_set.lengths.sum())}; vocabulary {encoder.word_count} words, {encoder.char_count} characters, "
@@ -633,7 +739,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         rows.append(row)
         models[head] = model
         if not args.no_export:
-            exports[head] = export_tagger(model, encoder, tags, os.path.join(args.out, f"{args.name}_{head}_tagger"))
+            exports[head] = export_tagger(model, encoder, tags, os.path.join(args.out, f"{args.name}_{head}_tagger"),
+                                          feature_encoder=features)
             print(f"  exported to {exports[head]} (string tokens in, tags out)")
     print(format_table(rows, args, len(train), dev_name, tags))
     total = time.perf_counter() - start
@@ -641,7 +748,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     if args.report_json:
         write_report(args.report_json, args, rows, dev_name, exports, total)
     return {"rows": rows, "models": models, "encoder": encoder, "tags": tags, "train": train, "dev": dev,
-            "dev_set": dev_set, "exports": exports, "seconds": total}
+            "dev_features": dev_features, "feature_encoder": features, "dev_set": dev_set, "exports": exports, "seconds": total}
 
 
 def format_table(rows, args, n_train: int, dev_name: str, tags) -> str:

@@ -263,9 +263,16 @@ BATCH_SPEC = (
 )
 
 
+def batch_spec(batch) -> tuple:
+    """The `tf.data` signature of batches shaped like `batch` (any sizes):
+    BATCH_SPEC for `((words, chars), labels)`, more inputs where a batch has them."""
+    return tf.nest.map_structure(lambda a: tf.TensorSpec([None] * a.ndim, tf.as_dtype(a.dtype)), batch)
+
+
 def dataset(batches) -> tf.data.Dataset:
     """A fixed list of batches as a tf.data.Dataset (the same every pass)."""
-    data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=BATCH_SPEC)
+    spec = batch_spec(batches[0]) if len(batches) else BATCH_SPEC
+    data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
     return data.apply(tf.data.experimental.assert_cardinality(len(batches)))
 
 
@@ -414,10 +421,10 @@ def predictor(model):
     """`model` in inference mode as one graph for any batch and sizes (the
     loops then run as graph while-loops, not op by op)."""
     if model not in _PREDICTORS:
-        spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)]
+        spec = [tf.TensorSpec([None] * len(x.shape), x.dtype) for x in model.inputs]
         model_ref = weakref.ref(model)  # the entry must not keep its key alive
         _PREDICTORS[model] = tf.function(
-            lambda words, chars: model_ref()((words, chars), training=False), input_signature=spec
+            lambda *inputs: model_ref()(tuple(inputs), training=False), input_signature=spec
         )
     return _PREDICTORS[model]
 

@@ -142,10 +142,20 @@ def test_word_keys_lower_case_and_digits(ct):
     assert ct.word_keys(["A1"], digits=True).numpy().tolist() == [b"a1"]
 
 
+def test_feature_encoder_ids_in_numpy_and_tensorflow(ct):
+    encoder = ct.FeatureEncoder([[["NN", "B"], ["VB", "I"]], [["NN", "I"]]])
+    assert (encoder.columns, encoder.count) == (2, 2 + 4)  # padding, unseen; 0=NN, 0=VB, 1=B, 1=I
+    sentence = [["VB", "B"], ["JJ", "I"], ["B", "NN"]]  # "B" in column 0 and "NN" in column 1 are unseen there
+    ids = encoder.ids(sentence)
+    assert ids.tolist() == [[encoder.index["0=VB"], encoder.index["1=B"]], [1, encoder.index["1=I"]], [1, 1]]
+    served = encoder(tf.constant([sentence + [["", ""]]])).numpy()[0]
+    assert (served[:3] == ids).all() and served[3].tolist() == [0, 0]
+
+
 def test_flags(ct, tmp_path):
     for argv in (["--data", "conll2002", "--train", "x"], [], ["--data", "conll2002", "--head", "hmm"],
                  ["--train", "x", "--held-out", "1.0"], ["--data", "ewt", "--char-encoder", "rnn"],
-                 ["--data", "ewt", "--layers", "torch"]):
+                 ["--data", "ewt", "--layers", "torch"], ["--data", "ewt", "--feature-columns", "1"]):
         with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
             ct.parse_args(argv)
     (tmp_path / "conll2000_chunking").mkdir()
@@ -183,13 +193,21 @@ def check_run(ct, result, head):
 
 
 def check_export(ct, result, head):
+    """The served tags equal the model's, for dev sentences and OOV words
+    (and feature values never seen, with --feature-columns)."""
     sentences = [tokens for tokens, _ in result["dev"][:12]]
     sentences.append(["Zyxwvut", "qwertyuiopasdfghjklzxc", "\u00e9t\u00e9", "2024", "!"])  # OOV words and characters
     served = tf.saved_model.load(result["exports"][head]).signatures["serving_default"]
     padded = ct.pos.pad_tokens(sentences)
-    out = served(tokens=tf.constant(padded.tolist()))
+    inputs, features, feature_encoder = {"tokens": tf.constant(padded.tolist())}, [], result["feature_encoder"]
+    if feature_encoder is not None:
+        features = result["dev_features"][:12] + [[["UNSEEN"] * feature_encoder.columns] * 5]
+        inputs["features"] = tf.constant([[f[i] if i < len(f) else [""] * feature_encoder.columns
+                                           for i in range(padded.shape[1])] for f in features])
+    out = served(**inputs)
     tags = [[t.decode() for t in row] for row in out["tags"].numpy()]
-    encoded = ct.encode([(s, ["O"] * len(s)) for s in sentences], result["encoder"], result["tags"])
+    encoded = ct.encode([(s, ["O"] * len(s)) for s in sentences], result["encoder"], result["tags"], features,
+                        feature_encoder)
     keras_ids = ct.predict_ids(result["models"][head], encoded)
     for row, tokens in enumerate(sentences):
         n = len(tokens)
@@ -213,11 +231,13 @@ def test_conll2002_crf_head_with_char_cnn(ct, tmp_path):
 
 @pytest.mark.slow(reason="trains a tagger on shared data, ~20-35 s")
 @pytest.mark.skipif(not os.path.isdir(CONLL2000), reason="../shared/data/conll2000_chunking absent")
-def test_conll2000_crf_head_with_char_lstm_on_the_held_out_split(ct, tmp_path):
+def test_conll2000_crf_head_with_char_lstm_and_pos_features_on_the_held_out_split(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "conll2000", "--head", "crf", "--char-encoder", "lstm",
-                                    "--out", str(tmp_path), *TINY])
+                                    "--feature-columns", "1", "--out", str(tmp_path), *TINY])
     assert "held-out 10% of train.txt, split seed 0" in text
     assert result["dev"][0][0][:4] == ["In", "Tokyo", "on", "Monday"]  # the held-out split, not train's head
+    assert result["dev_features"][0][:4] == [["IN"], ["NNP"], ["IN"], ["NNP"]]  # its POS column, aligned
+    assert [x.name for x in result["models"]["crf"].inputs] == ["words", "chars", "features"]
     check_run(ct, result, "crf")
 
 
