@@ -518,7 +518,8 @@ def export_tagger(model: keras.Model, encoder: WordEncoder, tags: Sequence[str],
     tag strings out.
 
     The lookups live in the graph; the CRF's Viterbi decoding too. Traced
-    without XLA and checked with `kb.check_graph_ops`.
+    with `kb.for_export()` (no XLA, forward pass alone) and checked with
+    `kb.check_graph_ops`.
     """
     from keras_birnn.export import write_version
 
@@ -541,7 +542,7 @@ def export_tagger(model: keras.Model, encoder: WordEncoder, tags: Sequence[str],
     archive.track(encoder.char_lookup)
     if feature_encoder is not None:
         archive.track(feature_encoder.lookup)
-    with kb.xla_disabled():
+    with kb.for_export():
         archive.add_endpoint("serving_default", serve, input_signature=signature)
         return write_version(archive, export_dir, version)
 

@@ -99,7 +99,6 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import keras_birnn as kb  # noqa: E402
 from keras_birnn.cli import LAYERS, EpochTimer, check_layers, finish_args, require_files  # noqa: E402
 from keras_birnn.datasets import read_conllu  # noqa: E402
-from keras_birnn import xla_disabled  # noqa: E402
 
 UD_RELEASE = "r2.15"
 UD_URL = "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/{release}/{name}"
@@ -516,8 +515,9 @@ def export_tagger(model, encoder: TokenEncoder, tags: Sequence[str], export_dir:
     """Writes `export_dir/<version>/`: string tokens in, tag strings out.
 
     The lookups (word and character vocabularies, tag names) live in the
-    graph; the loops are traced without XLA, and the written graph is
-    checked with `kb.check_graph_ops`.
+    graph; the loops are traced for serving (`kb.for_export()`: no XLA,
+    the forward pass alone, so a reload warns of nothing), and the written
+    graph is checked with `kb.check_graph_ops`.
     """
     from keras_birnn.export import write_version
 
@@ -538,7 +538,7 @@ def export_tagger(model, encoder: TokenEncoder, tags: Sequence[str], export_dir:
     archive.track(model)
     archive.track(encoder.word_lookup)
     archive.track(encoder.char_lookup)
-    with xla_disabled():
+    with kb.for_export():
         archive.add_endpoint(
             "serving_default", serve, input_signature=[tf.TensorSpec([None, None], tf.string, name="tokens")]
         )

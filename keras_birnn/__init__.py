@@ -17,7 +17,7 @@ from keras_birnn.litert import export_tflite, flatbuffer_ops
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
 from keras_birnn.nested import NestedEncoder
 from keras_birnn.recurrent import Recurrent
-from keras_birnn.recurrence import fused_directions, xla_disabled
+from keras_birnn.recurrence import for_export, fused_directions, xla_disabled
 from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
 from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
 # The diagnostics module keeps its public name kb.inspect (a module file named
@@ -43,6 +43,7 @@ __all__ = [
     "flatbuffer_ops",
     "lengths_to_mask",
     "reverse_within_lengths",
+    "for_export",
     "fused_directions",
     "xla_disabled",
     "AttentionPooling",

@@ -20,7 +20,6 @@ import tensorflow as tf
 
 from keras_birnn import recurrence
 from keras_birnn._tf_internal import inbound_nodes, is_registered_op
-from keras_birnn.recurrence import xla_disabled
 
 SIGNATURE_DEFAULT = "serving_default"
 SIGNATURE_UNPADDED = "serving_unpadded"
@@ -104,7 +103,8 @@ def export_saved_model(
     The written graph is checked: ops in `FORBIDDEN_OPS` (Python callbacks,
     cuDNN-only kernels), ops unknown to core TensorFlow, or functions that
     must be XLA-compiled make the export fail. The recurrences trace as plain
-    `While` loops (`recurrence.xla_disabled()`), so serving needs no XLA JIT.
+    `While` loops, forward pass only (`kb.for_export()`), so serving needs
+    no XLA JIT.
     The version folder appears atomically (written under a temporary name,
     then renamed), so a watching model server never sees half of it.
 
@@ -147,7 +147,7 @@ def export_saved_model(
     archive.track(model)
     inputs_spec = tf.TensorSpec(spec.shape, spec.dtype, name=INPUTS_KEY)
     # The loops trace as plain TF graphs, not XLA clusters: serving needs no JIT.
-    with _quiet_model_mask_warning(model), xla_disabled(), recurrence._forward_only():
+    with _quiet_model_mask_warning(model), recurrence.for_export():
         if lengths_input:
             marker = _padding_marker(model)
             lengths_spec = tf.TensorSpec([None], tf.int32, name=LENGTHS_KEY)
@@ -265,7 +265,7 @@ def check_graph_ops(saved_model_dir) -> Set[str]:
     if compiled:
         raise ValueError(
             f"The exported graph holds XLA-compiled functions {compiled[:5]}; serving them "
-            "needs XLA's JIT. Export with keras_birnn.recurrence.xla_disabled() active."
+            "needs XLA's JIT. Export inside `with kb.for_export():` (or kb.export_saved_model)."
         )
     return ops
 

@@ -224,9 +224,8 @@ def _tracing_for_litert(model):
     for an empty time axis (see `recurrence._no_empty_case`)."""
     with (
         _quiet_model_mask_warning(model),
-        recurrence.xla_disabled(),
+        recurrence.for_export(),
         recurrence._rows_kept(),
-        recurrence._forward_only(),
         recurrence._no_empty_case(),
     ):
         yield

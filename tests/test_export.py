@@ -6,6 +6,7 @@ TF Serving would; the oracle is the Keras model run on each row unpadded
 """
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -352,23 +353,29 @@ def test_graph_check_rejects_python_callbacks_and_xla_clusters(tmp_path):
 
 
 @pytest.mark.slow(reason="exports with and without XLA, ~12 s")
-def test_keras_model_export_under_xla_disabled_has_no_xla_and_serves_the_same(tmp_path):
+def test_keras_model_export_for_export_has_no_xla_and_serves_the_same(tmp_path, caplog):
     """Keras's own `model.export()` traces the layers as they are: with the
     XLA-compiled loops, which a model server without XLA cannot run (the
-    graph check refuses it); traced under `xla_disabled()` it passes the
-    check and serves the model's outputs."""
-    from keras_birnn.recurrence import xla_disabled
-
+    graph check refuses it). Traced under `xla_disabled()` it passes the
+    check, but still holds the training path's custom gradient, which a
+    reload warns about; under `kb.for_export()` it passes, reloads without
+    that warning and serves the model's outputs."""
     model = make_tagger()
     tokens = np.array([[3, 4, 5, 0], [6, 7, 8, 9]], np.int32)
     model.export(str(tmp_path / "as_is"), verbose=False)
     with pytest.raises(ValueError, match="XLA"):
         check_graph_ops(str(tmp_path / "as_is"))
-    with xla_disabled():
+    with kb.xla_disabled():
         model.export(str(tmp_path / "plain"), verbose=False)
-    check_graph_ops(str(tmp_path / "plain"))
-    loaded = tf.saved_model.load(str(tmp_path / "plain"))
-    np.testing.assert_allclose(np.asarray(loaded.serve(tokens)), np.asarray(model(tokens)), atol=1e-6)
+    with kb.for_export():
+        model.export(str(tmp_path / "serving"), verbose=False)
+    for name, warns in (("plain", True), ("serving", False)):
+        check_graph_ops(str(tmp_path / name))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            loaded = tf.saved_model.load(str(tmp_path / name))
+        assert any("custom gradients" in r.getMessage() for r in caplog.records) is warns, name
+        np.testing.assert_allclose(np.asarray(loaded.serve(tokens)), np.asarray(model(tokens)), atol=1e-6)
 
 
 @pytest.mark.slow(reason="a fresh Python process, ~15 s")

@@ -29,7 +29,7 @@ gradient. benchmarks/README.md holds the measurements behind these choices.
 
 Modules, one concept each (imports go down this list only):
 
-- `switches`: the switches deciding how loops are built (`xla_disabled`,
+- `switches`: the switches deciding how loops are built (`xla_disabled`, `for_export`,
   `fused_directions`, `_rows_kept`, `_forward_only`, `_no_empty_case`) and
   the XLA-context check;
 - `layout`: `Direction`, and the flat-list layout of directions, outputs,
@@ -50,6 +50,14 @@ that patches a function the package calls patches it where it is read
 from keras_birnn.recurrence.compiled import _by_batch_size, _loop_functions
 from keras_birnn.recurrence.dispatch import _compiled_runner, run
 from keras_birnn.recurrence.layout import Direction, DirectionResult
-from keras_birnn.recurrence.switches import _XLA, _forward_only, _no_empty_case, _rows_kept, fused_directions, xla_disabled
+from keras_birnn.recurrence.switches import (
+    _XLA,
+    _forward_only,
+    _no_empty_case,
+    _rows_kept,
+    for_export,
+    fused_directions,
+    xla_disabled,
+)
 
 __all__ = ["Direction", "DirectionResult", "fused_directions", "run", "xla_disabled"]

@@ -48,6 +48,30 @@ def xla_disabled():
     return _switched_off(_XLA)
 
 
+@contextlib.contextmanager
+def for_export() -> Iterator[None]:
+    """Builds the loops traced inside the block for an exported serving graph.
+
+    Plain TensorFlow `While` loops (no XLA cluster, as `xla_disabled`), and
+    the forward pass alone, without the training path's custom gradient
+    and hand-written BPTT: a model server needs no XLA JIT, reloading
+    prints no "unsaved custom gradients" warning, and a gradient asked of
+    the reloaded graph comes from TensorFlow's autodiff through the loops.
+    `kb.export_saved_model` traces this way; use it around Keras's own
+    `model.export` or `keras.export.ExportArchive.add_endpoint`. Read when
+    functions are traced, like `xla_disabled`.
+
+    Example:
+
+    ```python
+    with kb.for_export():
+        model.export("saved_models/tagger/1")
+    ```
+    """
+    with xla_disabled(), _forward_only():
+        yield
+
+
 def _rows_kept():
     """Sequence-level encoders run every row instead of leaving rows without
     a valid step out (`bucketing.valid_rows`). For `litert.export_tflite`:
