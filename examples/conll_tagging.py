@@ -17,7 +17,10 @@ option, on column files and CoNLL-U:
                     over each word's characters (Ma and Hovy 2016); padding
                     characters are zeroed, so a word's vector does not depend
                     on the padding
-    then    the two concatenated -> Dropout ->
+    feats   --feature-columns K [K ...]: those columns of a column file (the
+            POS tags of CoNLL-2000, column 1), each value embedded in
+            --feature-dim (16); unseen values share one vector
+    then    the concatenation -> Dropout ->
             kb.Bidirectional(kb.LSTMCell(H), return_sequences=True) -> Dropout
             -> --head:
               softmax  Dense(n_tags, softmax), masked cross-entropy per word
@@ -47,6 +50,7 @@ formats work with --train/--dev):
 
     python examples/conll_tagging.py --data conll2002 --head crf
     python examples/conll_tagging.py --data conll2000 --head softmax,crf --char-encoder cnn
+    python examples/conll_tagging.py --data conll2000 --feature-columns 1   # with the POS tags
     python examples/conll_tagging.py --data ewt --head crf --char-encoder lstm
     python examples/conll_tagging.py --train my.train --dev my.dev --tag-column 1
     python examples/conll_tagging.py --quick --data conll2002 --head softmax,crf  # small: a smoke run
@@ -55,7 +59,8 @@ formats work with --train/--dev):
 Each trained tagger is exported for TF Serving under
 `<out>/<data>_<head>_tagger/1/`, vocabularies inside the graph:
 
-    serving_default(tokens: string [batch, time], "" = padding)
+    serving_default(tokens: string [batch, time], "" = padding
+                    [, features: string [batch, time, columns] with --feature-columns])
         -> tags: string [batch, time] (IOB2 or UPOS; "" at padding),
            tag_ids: int32 [batch, time] (-1 at padding)
 
@@ -191,44 +196,46 @@ def to_iob2(tags: Sequence[str]) -> List[str]:
 # --- data --------------------------------------------------------------------------------------
 
 
+def data_files(args: argparse.Namespace) -> Tuple[str, str, Optional[str]]:
+    """(format, train path, dev path or None) of --data or --train/--dev."""
+    if args.data:
+        fmt, train_path, dev_path = DATA[args.data]
+        return fmt, os.path.join(args.data_dir, train_path), dev_path and os.path.join(args.data_dir, dev_path)
+    fmt = args.format or ("conllu" if args.train.endswith(".conllu") else "columns")
+    return fmt, args.train, args.dev
+
+
+def read_sentences(path: str, fmt: str, args: argparse.Namespace) -> Tuple[List[Tagged], List[Features]]:
+    """A file's sentences, and their --feature-columns' values (`[token][column]`
+    per sentence; an empty list without --feature-columns)."""
+    if fmt == "conllu":
+        return [(t, upos) for t, upos, _ in read_conllu(path)], []
+    sentences = read_columns(path, args.token_column, args.tag_column)
+    columns = [read_columns(path, args.token_column, c) for c in args.feature_columns or ()]
+    if not columns:
+        return sentences, []
+    return sentences, [[list(row) for row in zip(*(c[i][1] for c in columns))] for i in range(len(sentences))]
+
+
 def load_data(args: argparse.Namespace) -> Tuple[List[Tagged], List[Tagged], str, List[Features], List[Features]]:
     """(train, dev, what dev is, train features, dev features): the files of
     --data or --train/--dev; without a dev file, a seeded --held-out share
-    of train (`split_held_out`). The features are the values of the
-    --feature-columns, `[token][column]` per sentence (empty lists without)."""
-    if args.data:
-        fmt, train_path, dev_path = DATA[args.data]
-        train_path = os.path.join(args.data_dir, train_path)
-        dev_path = dev_path and os.path.join(args.data_dir, dev_path)
-    else:
-        fmt, train_path, dev_path = args.format, args.train, args.dev
-        if fmt is None:
-            fmt = "conllu" if train_path.endswith(".conllu") else "columns"
-    def read(path):
-        if fmt == "conllu":
-            return [(t, upos) for t, upos, _ in read_conllu(path)], None
-        return read_columns(path, args.token_column, args.tag_column), read_features(path, args)
-
-    (train, train_features), what = read(train_path), None
+    of train (`split_held_out`). Features as `read_sentences`."""
+    fmt, train_path, dev_path = data_files(args)
+    train, train_features = read_sentences(train_path, fmt, args)
     if dev_path:
-        (dev, dev_features), what = read(dev_path), os.path.basename(dev_path)
+        (dev, dev_features), what = read_sentences(dev_path, fmt, args), os.path.basename(dev_path)
     else:
         kept, held = split_held_out(range(len(train)), args.held_out, args.split_seed)
-        dev, dev_features = [train[i] for i in held], train_features and [train_features[i] for i in held]
-        train, train_features = [train[i] for i in kept], train_features and [train_features[i] for i in kept]
+        dev, dev_features = _pick(train, held), _pick(train_features, held)
+        train, train_features = _pick(train, kept), _pick(train_features, kept)
         what = f"held-out {args.held_out:.0%} of {os.path.basename(train_path)}, split seed {args.split_seed}"
-    train, dev = train[: args.max_train_sentences], dev[: args.max_dev_sentences]
-    return train, dev, what, (train_features or [])[: len(train)], (dev_features or [])[: len(dev)]
+    n, m = args.max_train_sentences, args.max_dev_sentences
+    return train[:n], dev[:m], what, train_features[:n], dev_features[:m]
 
 
-def read_features(path: str, args: argparse.Namespace) -> Optional[List[Features]]:
-    """The values of --feature-columns in a column file, `[token][column]`
-    per sentence; None without --feature-columns."""
-    if not args.feature_columns:
-        return None
-    columns = [read_columns(path, args.token_column, c) for c in args.feature_columns]
-    return [[list(values) for values in zip(*(sentences[i][1] for sentences in columns))]
-            for i in range(len(columns[0]))]
+def _pick(items: list, indices: Sequence[int]) -> list:
+    return [items[i] for i in indices] if items else []
 
 
 class WordEncoder(pos.TokenEncoder):
@@ -622,9 +629,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         parser.error("--held-out must be in (0, 1)")
     if not 0 <= args.word_dropout < 1:
         parser.error("--word-dropout must be in [0, 1)")
-    conllu = DATA[args.data][0] == "conllu" if args.data else (
-        args.format == "conllu" or (args.format is None and args.train.endswith(".conllu")))
-    if args.feature_columns and conllu:
+    if args.feature_columns and data_files(args)[0] == "conllu":
         parser.error(f"--feature-columns reads column files, received CoNLL-U ({args.data or args.train})")
     args.heads = args.head
     args = finish_args(
