@@ -5,7 +5,7 @@ Entity Recognition"), with the character CNN of Ma and Hovy 2016
 ("End-to-end Sequence Labeling via Bi-directional LSTM-CNNs-CRF") as an
 option, on column files and CoNLL-U:
 
-    words   lower-cased, digits mapped to 0 (--keep-digits: kept),
+    words   lower-cased (--keep-case: not), digits mapped to 0 (--keep-digits: kept),
             Embedding(mask_zero=True); words seen fewer than --min-word-count
             times in training (2) train the OOV vector; word dropout: during training each known word's id
             becomes the OOV id with probability --word-dropout (the
@@ -241,31 +241,34 @@ def _pick(items: list, indices: Sequence[int]) -> list:
 class WordEncoder(pos.TokenEncoder):
     """`pos_tagging.TokenEncoder` (word and character ids, in TensorFlow, the
     same in training and in the exported graph) whose word key also maps
-    every ASCII digit to 0, unless `digits=True` (`word_keys`)."""
+    every ASCII digit to 0, unless `digits=True`, and keeps the case with
+    `case=True` (`word_keys`)."""
 
-    def __init__(self, words: Sequence[str], chars: Sequence[str], max_chars: int = 16, digits: bool = False):
+    def __init__(self, words: Sequence[str], chars: Sequence[str], max_chars: int = 16, digits: bool = False,
+                 case: bool = False):
         super().__init__(words, chars, max_chars)
-        self.digits = bool(digits)
+        self.digits, self.case = bool(digits), bool(case)
 
     def __call__(self, tokens):
         tokens = tf.convert_to_tensor(tokens, tf.string)
         _, char_ids = super().__call__(tokens)
-        return tf.cast(self.word_lookup(word_keys(tokens, self.digits)), tf.int32), char_ids
+        return tf.cast(self.word_lookup(word_keys(tokens, self.digits, self.case)), tf.int32), char_ids
 
 
-def word_keys(tokens, digits: bool = False) -> tf.Tensor:
-    """The word vocabulary's key of each token: UTF-8 lower case, digits -> 0
-    (kept with `digits=True`)."""
-    keys = tf.strings.lower(tf.convert_to_tensor(tokens, tf.string), encoding="utf-8")
+def word_keys(tokens, digits: bool = False, case: bool = False) -> tf.Tensor:
+    """The word vocabulary's key of each token: UTF-8 lower case (kept with
+    `case=True`), digits -> 0 (kept with `digits=True`)."""
+    keys = tf.convert_to_tensor(tokens, tf.string)
+    keys = keys if case else tf.strings.lower(keys, encoding="utf-8")
     return keys if digits else tf.strings.regex_replace(keys, "[0-9]", "0")
 
 
-def build_vocabularies(train: Sequence[Tagged], min_word_count: int = 2, digits: bool = False):
+def build_vocabularies(train: Sequence[Tagged], min_word_count: int = 2, digits: bool = False, case: bool = False):
     """(words, chars, tags) of the training sentences: word keys seen at least
     `min_word_count` times (the rest train the OOV vector), every character,
     the tags sorted."""
     tokens = [t for toks, _ in train for t in toks]
-    counts = Counter(k.decode("utf-8") for k in word_keys(tokens, digits).numpy())
+    counts = Counter(k.decode("utf-8") for k in word_keys(tokens, digits, case).numpy())
     words = sorted(w for w, n in counts.items() if n >= min_word_count and w not in (PAD, "[UNK]"))
     chars = sorted({c for t in tokens for c in t} - {PAD, "[UNK]"})
     return words, chars, sorted({tag for _, tags in train for tag in tags})
@@ -579,6 +582,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     model.add_argument("--max-chars", type=int, default=16, help="characters kept per word (default 16)")
     model.add_argument("--min-word-count", type=int, default=2, help="training count for a word vector (default 2)")
     model.add_argument("--keep-digits", action="store_true", help="do not map digits to 0 in the word keys")
+    model.add_argument("--keep-case", action="store_true", help="do not lower-case the word keys")
     model.add_argument("--feature-columns", type=int, nargs="+", default=None, metavar="K",
                        help="column files: columns whose values are embedded as word features (CoNLL-2000: 1, "
                        "the POS tags)")
@@ -729,8 +733,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     start = time.perf_counter()
     train, dev, dev_name, train_features, dev_features = load_data(args)
     train, repaired = training_tags_in_iob2(train)
-    words, chars, tags = build_vocabularies(train, args.min_word_count, args.keep_digits)
-    encoder = WordEncoder(words, chars, args.max_chars, digits=args.keep_digits)
+    words, chars, tags = build_vocabularies(train, args.min_word_count, args.keep_digits, args.keep_case)
+    encoder = WordEncoder(words, chars, args.max_chars, digits=args.keep_digits, case=args.keep_case)
     features = FeatureEncoder(train_features) if args.feature_columns else None
     train_set = encode(train, encoder, tags, train_features, features)
     dev_set = encode(dev, encoder, tags, dev_features, features)

@@ -140,6 +140,7 @@ def test_word_keys_lower_case_and_digits(ct):
     keys = ct.word_keys([["Año", "1.500", "EFE"]]).numpy().tolist()
     assert keys == [["año".encode(), b"0.000", b"efe"]]
     assert ct.word_keys(["A1"], digits=True).numpy().tolist() == [b"a1"]
+    assert ct.word_keys(["Año", "A1"], case=True).numpy().tolist() == ["Año".encode(), b"A0"]
 
 
 def test_feature_encoder_ids_in_numpy_and_tensorflow(ct):
