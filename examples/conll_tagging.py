@@ -17,9 +17,10 @@ option, on column files and CoNLL-U:
                     over each word's characters (Ma and Hovy 2016); padding
                     characters are zeroed, so a word's vector does not depend
                     on the padding
-    feats   --feature-columns K [K ...]: those columns of a column file (the
-            POS tags of CoNLL-2000, column 1), each value embedded in
-            --feature-dim (16); unseen values share one vector
+    feats   --feature-columns K [K ...]: those columns of a column file
+            (by default the POS tags of CoNLL-2000, column 1, with --data
+            conll2000), each value embedded in --feature-dim (16); unseen
+            values share one vector
     then    the concatenation -> Dropout ->
             kb.Bidirectional(kb.LSTMCell(H), return_sequences=True) -> Dropout
             -> --head:
@@ -50,7 +51,7 @@ formats work with --train/--dev):
 
     python examples/conll_tagging.py --data conll2002 --head crf
     python examples/conll_tagging.py --data conll2000 --head softmax,crf --char-encoder cnn
-    python examples/conll_tagging.py --data conll2000 --feature-columns 1   # with the POS tags
+    python examples/conll_tagging.py --data conll2000 --feature-columns   # without the POS tags
     python examples/conll_tagging.py --data ewt --head crf --char-encoder lstm
     python examples/conll_tagging.py --train my.train --dev my.dev --tag-column 1
     python examples/conll_tagging.py --quick --data conll2002 --head softmax,crf  # small: a smoke run
@@ -101,6 +102,9 @@ DATA = {  # name: (format, train, dev or None for a held-out share of train)
     "conll2000": ("columns", "conll2000_chunking/train.txt", None),
     "ewt": ("conllu", "ud_english_ewt/en_ewt-ud-train.conllu", "ud_english_ewt/en_ewt-ud-dev.conllu"),
 }
+# Columns read as word features by default: the POS tags that the CoNLL-2000
+# data gives every token (its shared task's systems all read them).
+DATA_FEATURE_COLUMNS = {"conll2000": [1]}
 HEADS = ("softmax", "crf")
 CHAR_ENCODERS = ("gru", "lstm", "cnn")
 PAD, OOV_ID = "", 1
@@ -583,9 +587,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     model.add_argument("--min-word-count", type=int, default=2, help="training count for a word vector (default 2)")
     model.add_argument("--keep-digits", action="store_true", help="do not map digits to 0 in the word keys")
     model.add_argument("--keep-case", action="store_true", help="do not lower-case the word keys")
-    model.add_argument("--feature-columns", type=int, nargs="+", default=None, metavar="K",
-                       help="column files: columns whose values are embedded as word features (CoNLL-2000: 1, "
-                       "the POS tags)")
+    model.add_argument("--feature-columns", type=int, nargs="*", default=None, metavar="K",
+                       help="column files: columns whose values are embedded as word features (default: 1, the "
+                       "POS tags, for --data conll2000; none otherwise; no K: none)")
     model.add_argument("--feature-dim", type=int, default=16, help="embedding size per feature column (default 16)")
     train = parser.add_argument_group("training")
     train.add_argument("--epochs", type=int, default=None, help="training epochs (default 8; --quick 3)")
@@ -633,6 +637,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
         parser.error("--held-out must be in (0, 1)")
     if not 0 <= args.word_dropout < 1:
         parser.error("--word-dropout must be in [0, 1)")
+    if args.feature_columns is None:
+        args.feature_columns = DATA_FEATURE_COLUMNS.get(args.data, [])
     if args.feature_columns and data_files(args)[0] == "conllu":
         parser.error(f"--feature-columns reads column files, received CoNLL-U ({args.data or args.train})")
     args.heads = args.head

@@ -163,12 +163,15 @@ def test_flags(ct, tmp_path):
     (tmp_path / "conll2000_chunking" / "train.txt").write_text("")
     args = ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path)])
     assert args.heads == ["crf"] and args.char_encoder == "lstm" and args.epochs == 8 and args.name == "conll2000"
+    assert args.feature_columns == [1]  # the POS tags, by default for CoNLL-2000
+    assert ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path), "--feature-columns"]).feature_columns == []
     assert args.layers == "kb"
     assert ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path), "--layers", "keras"]).layers == "keras"
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "b.txt").write_text("")
     args = ct.parse_args(["--train", str(tmp_path / "a" / "b.txt"), "--head", "softmax,crf", "--quick"])
     assert args.heads == ["softmax", "crf"] and args.name == "b" and args.max_train_sentences == 600
+    assert args.feature_columns == []
 
 
 # --- runs on the shared data --------------------------------------------------------------------
@@ -234,7 +237,7 @@ def test_conll2002_crf_head_with_char_cnn(ct, tmp_path):
 @pytest.mark.skipif(not os.path.isdir(CONLL2000), reason="../shared/data/conll2000_chunking absent")
 def test_conll2000_crf_head_with_char_lstm_and_pos_features_on_the_held_out_split(ct, tmp_path):
     result, text = quietly(ct.run, ["--data", "conll2000", "--head", "crf", "--char-encoder", "lstm",
-                                    "--feature-columns", "1", "--out", str(tmp_path), *TINY])
+                                    "--out", str(tmp_path), *TINY])
     assert "held-out 10% of train.txt, split seed 0" in text
     assert result["dev"][0][0][:4] == ["In", "Tokyo", "on", "Monday"]  # the held-out split, not train's head
     assert result["dev_features"][0][:4] == [["IN"], ["NNP"], ["IN"], ["NNP"]]  # its POS column, aligned
