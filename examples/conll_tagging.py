@@ -22,7 +22,8 @@ option, on column files and CoNLL-U:
             conll2000), each value embedded in --feature-dim (16); unseen
             values share one vector
     then    the concatenation -> Dropout ->
-            kb.Bidirectional(kb.LSTMCell(H), return_sequences=True) -> Dropout
+            kb.Bidirectional(kb.LSTMCell(H), return_sequences=True) (--depth
+            N: N of them, kb.stacked_bidirectional, dropout between) -> Dropout
             -> --head:
               softmax  Dense(n_tags, softmax), masked cross-entropy per word
               crf      Dense(n_tags) emissions -> kb.CRF (Viterbi tags out;
@@ -435,7 +436,7 @@ class CharEncoder(keras.layers.Layer):
 def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: str = "crf",
                  char_encoder: str = "gru", word_dim: int = 100, char_dim: int = 32, char_units: int = 32,
                  hidden: int = 128, dropout: float = 0.33, layers: str = "kb", feature_count: int = 0,
-                 feature_columns: int = 0, feature_dim: int = 16) -> keras.Model:
+                 feature_columns: int = 0, feature_dim: int = 16, depth: int = 1) -> keras.Model:
     """words `[B, T]` + chars `[B, T, C]` (+ features `[B, T, columns]`) ->
     tag probabilities `[B, T, n_tags]` (softmax) or int32 Viterbi tags
     `[B, T]`, 0 at padding (crf).
@@ -455,6 +456,7 @@ def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: st
             a third input of `FeatureEncoder` ids (`feature_count` of them),
             each embedded in `feature_dim` and concatenated to the word's
             vector.
+        depth: Stacked BiLSTMs (`sentence_layers`).
     """
     if head not in HEADS:
         raise ValueError(f"head must be one of {HEADS}, received {head!r}")
@@ -470,11 +472,7 @@ def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: st
         parts.append(keras.layers.Reshape((-1, feature_columns * feature_dim), name="feature_vectors")(values))
     x = keras.layers.Concatenate(name="word_repr")(parts)  # keeps the word mask
     x = keras.layers.Dropout(dropout)(x)
-    if layers == "keras":
-        x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, return_sequences=True), name="bilstm")(x)
-    else:
-        x = kb.Bidirectional(kb.LSTMCell(hidden), return_sequences=True, name="bilstm")(x)
-    x = keras.layers.Dropout(dropout)(x)
+    x = keras.layers.Dropout(dropout)(sentence_layers(x, hidden, depth, dropout, layers))
     if head == "softmax":
         out = keras.layers.Dense(len(tags), activation="softmax", name="tags")(x)
     else:
@@ -482,6 +480,22 @@ def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: st
         constraints = "iob2" if is_iob(tags) else None
         out = kb.CRF(len(tags), tags=list(tags), allowed_transitions=constraints, name="crf")(emissions)
     return keras.Model(inputs, out, name=f"{char_encoder}_bilstm_{head}_tagger")
+
+
+def sentence_layers(x, hidden: int, depth: int, dropout: float, layers: str):
+    """`depth` BiLSTMs of `hidden` units per direction over the word vectors,
+    dropout between them: `kb.Bidirectional` (one) or
+    `kb.stacked_bidirectional` (more); the twin's from
+    `keras.layers.Bidirectional(LSTM)` and `Dropout`."""
+    if layers != "keras":
+        if depth == 1:
+            return kb.Bidirectional(kb.LSTMCell(hidden), return_sequences=True, name="bilstm")(x)
+        return kb.stacked_bidirectional("lstm", units=(hidden,) * depth, dropout=dropout, name="bilstm_stack")(x)
+    for k in range(depth):
+        x = keras.layers.Dropout(dropout)(x) if k else x
+        name = "bilstm" if depth == 1 else f"bilstm_{k + 1}"
+        x = keras.layers.Bidirectional(keras.layers.LSTM(hidden, return_sequences=True), name=name)(x)
+    return x
 
 
 def compile_tagger(model: keras.Model, head: str, learning_rate: float, steps: int) -> None:
@@ -579,6 +593,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                        help="kb (default), or keras: the same tagger's recurrent layers from keras.layers "
                             "(GRU, LSTM, Bidirectional; the CRF head stays kb.CRF), an end-to-end benchmark")
     model.add_argument("--hidden", type=int, default=None, help="BiLSTM units per direction (default 128; --quick 32)")
+    model.add_argument("--depth", type=int, default=1, help="stacked BiLSTMs (default 1)")
     model.add_argument("--word-dim", type=int, default=None, help="word embedding size (default 100; --quick 32)")
     model.add_argument("--char-dim", type=int, default=None, help="character embedding size (default 32; --quick 16)")
     model.add_argument("--char-units", type=int, default=None,
@@ -649,7 +664,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
                    batch_size=(16, 32), learning_rate=(1e-2, 3e-3)),
         choices=("heads", HEADS),
         positive=("epochs", "batch_size", "hidden", "word_dim", "char_dim", "char_units", "max_chars",
-                  "min_word_count", "feature_dim"),
+                  "min_word_count", "feature_dim", "depth"),
     )
     args.name = args.data or os.path.splitext(os.path.basename(args.train))[0]
     if args.data:
@@ -679,7 +694,8 @@ def fit_head(head: str, args, train_set: TaggedSet, dev_set: TaggedSet, dev_gold
     features = train_set.feature_encoder
     model = build_tagger(*sizes, tags, head, args.char_encoder, args.word_dim, args.char_dim, args.char_units,
                          args.hidden, args.dropout, layers=args.layers, feature_count=features.count if features else 0,
-                         feature_columns=features.columns if features else 0, feature_dim=args.feature_dim)
+                         feature_columns=features.columns if features else 0, feature_dim=args.feature_dim,
+                         depth=args.depth)
     compile_tagger(model, head, args.learning_rate, args.epochs * int(np.ceil(len(train_set) / args.batch_size)))
     probe = pos.dataset(train_set.batches(args.batch_size, np.random.default_rng(args.seed + 1))[:8])
     loss_before = float(model.evaluate(probe, verbose=0))

@@ -157,8 +157,9 @@ def test_conll_tagger_twin_has_the_same_parameters_and_predictions(tagger_data, 
     ct = load_example("conll_tagging")
     tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     columns = 2 if (head, char_encoder) == ("crf", "lstm") else 0  # one case with feature columns
+    depth = 2 if (head, char_encoder) == ("softmax", "lstm") else 1  # one with two stacked BiLSTMs
     sizes = dict(word_dim=12, char_dim=6, char_units=5, hidden=7, dropout=0.3, feature_count=6,
-                 feature_columns=columns, feature_dim=3)
+                 feature_columns=columns, feature_dim=3, depth=depth)
     inputs = (word_ids, char_ids)
     if columns:
         inputs += (np.random.default_rng(2).integers(0, 6, word_ids.shape + (columns,)).astype(np.int32),)
