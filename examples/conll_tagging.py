@@ -95,7 +95,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 sys.path.insert(0, EXAMPLES)
 import pos_tagging as pos  # noqa: E402  (TokenEncoder, EncodedSet, pad_tokens, dataset, predictor)
 from keras_birnn.cli import LAYERS, check_layers, finish_args, require_files  # noqa: E402
-from keras_birnn.datasets import read_columns, read_conllu, split_held_out  # noqa: E402
+from keras_birnn.datasets import read_columns, read_conllu, read_lines, split_held_out  # noqa: E402
 
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
 DATA = {  # name: (format, train, dev or None for a held-out share of train)
@@ -216,10 +216,27 @@ def read_sentences(path: str, fmt: str, args: argparse.Namespace) -> Tuple[List[
     if fmt == "conllu":
         return [(t, upos) for t, upos, _ in read_conllu(path)], []
     sentences = read_columns(path, args.token_column, args.tag_column)
+    check_feature_columns(path, args)
     columns = [read_columns(path, args.token_column, c) for c in args.feature_columns or ()]
     if not columns:
         return sentences, []
     return sentences, [[list(row) for row in zip(*(c[i][1] for c in columns))] for i in range(len(sentences))]
+
+
+def check_feature_columns(path: str, args: argparse.Namespace) -> None:
+    """Each of --feature-columns must exist in the file's first token line,
+    and be neither the token nor the tag column (a feature equal to the
+    tags would hand the model the answer)."""
+    if not args.feature_columns:
+        return
+    count = len(read_lines(path)[0].split())
+    named = {"token": args.token_column, "tag": args.tag_column}
+    for k in args.feature_columns:
+        if not -count <= k < count:
+            raise ValueError(f"--feature-columns {k}: {path} has {count} columns (0 to {count - 1}).")
+        for name, column in named.items():
+            if column % count == k % count:
+                raise ValueError(f"--feature-columns {k} is the {name} column (--{name}-column {column}).")
 
 
 def load_data(args: argparse.Namespace) -> Tuple[List[Tagged], List[Tagged], str, List[Features], List[Features]]:
@@ -302,9 +319,10 @@ class FeatureEncoder:
         return len(self.index) + 2
 
     def ids(self, sentence: Features) -> np.ndarray:
-        """One sentence's ids `[tokens, columns]`, in NumPy (as `__call__`)."""
-        return np.array([[self.index.get(f"{k}={v}", OOV_ID) for k, v in enumerate(row)] for row in sentence],
-                        np.int32).reshape(len(sentence), self.columns)
+        """One sentence's ids `[tokens, columns]`, in NumPy (as `__call__`;
+        "" is padding there too)."""
+        ids = [[self.index.get(f"{k}={v}", OOV_ID) if v != PAD else 0 for k, v in enumerate(row)] for row in sentence]
+        return np.array(ids, np.int32).reshape(len(sentence), self.columns)
 
     def __call__(self, values) -> tf.Tensor:
         """values: string `[batch, time, columns]`, "" = padding -> int32 ids, in TensorFlow."""
@@ -320,6 +338,9 @@ class TaggedSet(pos.EncodedSet):
 
     def __init__(self, sentences: Sequence[Tagged], encoder: WordEncoder, tags: Sequence[str],
                  features: Sequence[Features] = (), feature_encoder: Optional[FeatureEncoder] = None):
+        if feature_encoder is not None and len(features) != len(sentences):
+            raise ValueError(f"`features` needs one entry per sentence: {len(sentences)} sentences, "
+                             f"received {len(features)}.")
         super().__init__([(toks, labels, None) for toks, labels in sentences], encoder, tags)
         self.feature_encoder = feature_encoder
         if feature_encoder is not None:
@@ -433,6 +454,42 @@ class CharEncoder(keras.layers.Layer):
         return config
 
 
+class FeatureEmbedding(keras.layers.Layer):
+    """Feature ids `[B, T, columns]` (0 = padding, `FeatureEncoder`) -> one
+    vector per word `[B, T, columns * dim]`, each column's value embedded in
+    `dim`. The output mask marks the words (a nonzero id): so does every
+    other part of the tagger's word vectors.
+
+    Args:
+        count: Number of ids (with padding and unseen).
+        dim: Embedding size per column.
+    """
+
+    def __init__(self, count: int, dim: int = 16, **kwargs):
+        super().__init__(**kwargs)
+        self.count, self.dim = count, dim
+        self.embedding = keras.layers.Embedding(count, dim, name="feature_embedding")
+
+    def build(self, input_shape):
+        self.columns = input_shape[-1]  # static here; a graph traced for any shape may not know it
+        self.embedding.build((None, None))
+
+    def call(self, features):
+        shape = keras.ops.shape(features)
+        return keras.ops.reshape(self.embedding(features), (shape[0], shape[1], self.columns * self.dim))
+
+    def compute_mask(self, features, mask=None):
+        return keras.ops.any(keras.ops.not_equal(features, 0), axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:2]) + (input_shape[2] * self.dim,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(count=self.count, dim=self.dim)
+        return config
+
+
 def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: str = "crf",
                  char_encoder: str = "gru", word_dim: int = 100, char_dim: int = 32, char_units: int = 32,
                  hidden: int = 128, dropout: float = 0.33, layers: str = "kb", feature_count: int = 0,
@@ -466,11 +523,11 @@ def build_tagger(word_count: int, char_count: int, tags: Sequence[str], head: st
     spelled = CharEncoder(char_count, char_encoder, char_dim, char_units, layers=layers, name="char_encoder")(chars)
     inputs, parts = [words, chars], [embedded, spelled]
     if feature_columns:
-        features = keras.Input((None, feature_columns), dtype="int32", name="features")
-        values = keras.layers.Embedding(feature_count, feature_dim, name="feature_embedding")(features)
-        inputs.append(features)
-        parts.append(keras.layers.Reshape((-1, feature_columns * feature_dim), name="feature_vectors")(values))
-    x = keras.layers.Concatenate(name="word_repr")(parts)  # keeps the word mask
+        inputs.append(keras.Input((None, feature_columns), dtype="int32", name="features"))
+        parts.append(FeatureEmbedding(feature_count, feature_dim, name="feature_vectors")(inputs[-1]))
+    # Concatenate's mask: any part's; every part carries the word mask (an
+    # unmasked part would mark padding valid).
+    x = keras.layers.Concatenate(name="word_repr")(parts)
     x = keras.layers.Dropout(dropout)(x)
     x = keras.layers.Dropout(dropout)(sentence_layers(x, hidden, depth, dropout, layers))
     if head == "softmax":
@@ -780,7 +837,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     if args.report_json:
         write_report(args.report_json, args, rows, dev_name, exports, total)
     return {"rows": rows, "models": models, "encoder": encoder, "tags": tags, "train": train, "dev": dev,
-            "dev_features": dev_features, "feature_encoder": features, "dev_set": dev_set, "exports": exports, "seconds": total}
+            "dev_features": dev_features, "feature_encoder": features, "dev_set": dev_set, "exports": exports,
+            "seconds": total}
 
 
 def format_table(rows, args, n_train: int, dev_name: str, tags) -> str:

@@ -8,6 +8,7 @@ import contextlib
 import io
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -124,6 +125,28 @@ def test_char_encoder_ignores_padding(ct, kind):
     np.testing.assert_array_equal(np.asarray(layer.compute_mask(chars)), [[True, True, False], [True, False, False]])
 
 
+@pytest.mark.parametrize("head", ["softmax", "crf"])
+def test_tagger_with_feature_columns_ignores_padding(ct, head):
+    """With feature columns the word vectors keep the word mask: a
+    sentence's outputs do not depend on the padding after it, and the CRF
+    gives 0 there (an unmasked feature part once made padding valid)."""
+    keras.utils.set_random_seed(0)
+    model = ct.build_tagger(20, 10, ["O", "B-X", "I-X"], head, "lstm", word_dim=4, char_dim=3, char_units=2,
+                            hidden=5, feature_count=6, feature_columns=2, feature_dim=3)
+    words = np.array([[3, 4, 5, 0, 0, 0, 0, 0]], np.int32)
+    chars = np.zeros((1, 8, 4), np.int32)
+    chars[0, :3, :2] = 2
+    features = np.zeros((1, 8, 2), np.int32)
+    features[0, :3] = [[2, 3], [4, 5], [1, 1]]  # 1: a value unseen in training
+    np.testing.assert_array_equal(np.asarray(model.get_layer("feature_vectors").compute_mask(features)),
+                                  [[True] * 3 + [False] * 5])
+    padded = np.asarray(model((words, chars, features)))
+    alone = np.asarray(model((words[:, :3], chars[:, :3], features[:, :3])))
+    np.testing.assert_allclose(padded[:, :3], alone, atol=1e-6)
+    if head == "crf":
+        assert not padded[:, 3:].any()
+
+
 def test_word_dropout_replaces_known_words_only(ct):
     words = np.array([[5, 1, 7, 0], [9, 9, 0, 0]], np.int32)
     batches = [((words, np.zeros((2, 4, 1), np.int32)), np.zeros((2, 4), np.int32))]
@@ -150,21 +173,40 @@ def test_feature_encoder_ids_in_numpy_and_tensorflow(ct):
     ids = encoder.ids(sentence)
     assert ids.tolist() == [[encoder.index["0=VB"], encoder.index["1=B"]], [1, encoder.index["1=I"]], [1, 1]]
     served = encoder(tf.constant([sentence + [["", ""]]])).numpy()[0]
-    assert (served[:3] == ids).all() and served[3].tolist() == [0, 0]
+    assert (served[:3] == ids).all() and served[3].tolist() == [0, 0] == encoder.ids([["", ""]])[0].tolist()
+
+
+def test_feature_columns_are_checked_against_the_file(ct, tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_text("Confidence NN B-NP\nin IN B-PP\n\nthe DT B-NP\n")
+    args = ct.parse_args(["--train", str(path), "--feature-columns", "1"])
+    sentences, features = ct.read_sentences(str(path), "columns", args)
+    assert features == [[["NN"], ["IN"]], [["DT"]]] and sentences[1] == (["the"], ["B-NP"])
+    for columns, message in ((["3"], "has 3 columns"), (["-1"], "is the tag column"), (["2"], "is the tag column"),
+                             (["0"], "is the token column")):
+        args = ct.parse_args(["--train", str(path), "--feature-columns", *columns])
+        with pytest.raises(ValueError, match=f"--feature-columns {columns[0]}.*{message}"):
+            ct.read_sentences(str(path), "columns", args)
+    with pytest.raises(ValueError, match="one entry per sentence"):
+        ct.TaggedSet(sentences, ct.WordEncoder(["the"], ["t"]), ["B-NP"], features[:1], ct.FeatureEncoder(features))
 
 
 def test_flags(ct, tmp_path):
     for argv in (["--data", "conll2002", "--train", "x"], [], ["--data", "conll2002", "--head", "hmm"],
                  ["--train", "x", "--held-out", "1.0"], ["--data", "ewt", "--char-encoder", "rnn"],
-                 ["--data", "ewt", "--layers", "torch"], ["--data", "ewt", "--feature-columns", "1"]):
+                 ["--data", "ewt", "--layers", "torch"]):
         with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
             ct.parse_args(argv)
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()) as err:
+        ct.parse_args(["--data", "ewt", "--feature-columns", "1"])
+    assert "--feature-columns reads column files" in err.getvalue()
     (tmp_path / "conll2000_chunking").mkdir()
     (tmp_path / "conll2000_chunking" / "train.txt").write_text("")
     args = ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path)])
     assert args.heads == ["crf"] and args.char_encoder == "lstm" and args.epochs == 8 and args.name == "conll2000"
     assert args.feature_columns == [1]  # the POS tags, by default for CoNLL-2000
-    assert ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path), "--feature-columns"]).feature_columns == []
+    no_features = ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path), "--feature-columns"])
+    assert no_features.feature_columns == []
     assert args.layers == "kb"
     assert ct.parse_args(["--data", "conll2000", "--data-dir", str(tmp_path), "--layers", "keras"]).layers == "keras"
     (tmp_path / "a").mkdir()

@@ -60,4 +60,4 @@ from keras_birnn.recurrence.switches import (
     xla_disabled,
 )
 
-__all__ = ["Direction", "DirectionResult", "fused_directions", "run", "xla_disabled"]
+__all__ = ["Direction", "DirectionResult", "for_export", "fused_directions", "run", "xla_disabled"]

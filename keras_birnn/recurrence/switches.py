@@ -43,8 +43,8 @@ def _switched_off(setting: Type) -> Iterator[None]:
 
 
 def xla_disabled():
-    """Runs loops as plain TensorFlow graphs instead of XLA clusters (used when
-    exporting SavedModels, so that serving needs no XLA JIT)."""
+    """Runs loops as plain TensorFlow graphs instead of XLA clusters (part of
+    `for_export`, which exports use, so that serving needs no XLA JIT)."""
     return _switched_off(_XLA)
 
 
