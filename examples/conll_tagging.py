@@ -309,20 +309,25 @@ class FeatureEncoder:
         rows = [row for sentence in values for row in sentence]
         self.columns = len(rows[0]) if rows else 0
         keys = sorted({f"{k}={v}" for row in rows for k, v in enumerate(row)})
-        self.index = {key: i + 2 for i, key in enumerate(keys)}  # the StringLookup's ids
         self.lookup = keras.layers.StringLookup(vocabulary=keys, mask_token=PAD, num_oov_indices=1,
                                                 name="feature_lookup")
-        self.lookup.build(None)  # ids come from `ids` in training; the export needs it built
 
     @property
     def count(self) -> int:
-        return len(self.index) + 2
+        return self.lookup.vocabulary_size()
 
-    def ids(self, sentence: Features) -> np.ndarray:
-        """One sentence's ids `[tokens, columns]`, in NumPy (as `__call__`;
-        "" is padding there too)."""
-        ids = [[self.index.get(f"{k}={v}", OOV_ID) if v != PAD else 0 for k, v in enumerate(row)] for row in sentence]
-        return np.array(ids, np.int32).reshape(len(sentence), self.columns)
+    def ids(self, sentences: Sequence[Features], chunk: int = 256) -> List[np.ndarray]:
+        """Each sentence's ids `[tokens, columns]`, through `__call__` (the
+        exported graph's lookup), a chunk of sentences at a time."""
+        out = []
+        for start in range(0, len(sentences), chunk):
+            part = sentences[start : start + chunk]
+            padded = np.full((len(part), max(map(len, part), default=0), self.columns), PAD, dtype=object)
+            for row, sentence in enumerate(part):
+                padded[row, : len(sentence)] = np.array(sentence, dtype=object).reshape(-1, self.columns)
+            ids = self(padded).numpy()
+            out.extend(ids[row, : len(sentence)] for row, sentence in enumerate(part))
+        return out
 
     def __call__(self, values) -> tf.Tensor:
         """values: string `[batch, time, columns]`, "" = padding -> int32 ids, in TensorFlow."""
@@ -344,7 +349,7 @@ class TaggedSet(pos.EncodedSet):
         super().__init__([(toks, labels, None) for toks, labels in sentences], encoder, tags)
         self.feature_encoder = feature_encoder
         if feature_encoder is not None:
-            self.feature_ids = [feature_encoder.ids(f) for f in features]
+            self.feature_ids = feature_encoder.ids(features)
 
     def batch(self, idx):
         inputs, labels = super().batch(idx)

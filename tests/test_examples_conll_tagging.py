@@ -166,14 +166,15 @@ def test_word_keys_lower_case_and_digits(ct):
     assert ct.word_keys(["Año", "A1"], case=True).numpy().tolist() == ["Año".encode(), b"A0"]
 
 
-def test_feature_encoder_ids_in_numpy_and_tensorflow(ct):
+def test_feature_encoder_ids(ct):
     encoder = ct.FeatureEncoder([[["NN", "B"], ["VB", "I"]], [["NN", "I"]]])
-    assert (encoder.columns, encoder.count) == (2, 2 + 4)  # padding, unseen; 0=NN, 0=VB, 1=B, 1=I
+    # 0 padding, 1 unseen, then the sorted keys: 2 "0=NN", 3 "0=VB", 4 "1=B", 5 "1=I".
+    assert (encoder.columns, encoder.count) == (2, 6)
     sentence = [["VB", "B"], ["JJ", "I"], ["B", "NN"]]  # "B" in column 0 and "NN" in column 1 are unseen there
-    ids = encoder.ids(sentence)
-    assert ids.tolist() == [[encoder.index["0=VB"], encoder.index["1=B"]], [1, encoder.index["1=I"]], [1, 1]]
     served = encoder(tf.constant([sentence + [["", ""]]])).numpy()[0]
-    assert (served[:3] == ids).all() and served[3].tolist() == [0, 0] == encoder.ids([["", ""]])[0].tolist()
+    assert served.tolist() == [[3, 4], [1, 5], [1, 1], [0, 0]]
+    short, long_, empty = encoder.ids([[["NN", "I"]], sentence, []], chunk=2)  # chunks padded to their longest
+    assert short.tolist() == [[2, 5]] and long_.tolist() == served[:3].tolist() and empty.shape == (0, 2)
 
 
 def test_feature_columns_are_checked_against_the_file(ct, tmp_path):
