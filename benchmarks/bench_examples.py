@@ -54,11 +54,7 @@ import json, os, statistics, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np
 import tensorflow as tf  # and nothing else: serving needs no keras_birnn (nor Keras)
-path, dev_path, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-began = time.perf_counter()
-serve = tf.saved_model.load(path).signatures["serving_default"]
-load_seconds = time.perf_counter() - began
-specs = serve.structured_input_signature[1]
+dev_path, calls, entries = sys.argv[1], int(sys.argv[2]), sys.argv[3:]  # entries: label=path:signature
 
 def tagger_sentences():  # the words of the first 64 dev sentences (CoNLL-U lines with an integer ID)
     sentences, tokens = [], []
@@ -76,35 +72,46 @@ def padded(batch):
     width = max(len(s) for s in batch)
     return {"tokens": tf.constant([list(s) + [""] * (width - len(s)) for s in batch])}
 
-def bits(batch):  # the demo: 64 random bit sequences of its default length (24)
+def bits(specs, batch):  # the demo: 64 random bit sequences of its default length (24)
     inputs = {name: tf.constant(batch, spec.dtype) for name, spec in specs.items() if spec.dtype.is_floating}
     if "lengths" in specs:
         inputs["lengths"] = tf.fill([len(batch)], tf.constant(batch.shape[1], specs["lengths"].dtype))
     return inputs
 
-if "tokens" in specs:
-    sentences = tagger_sentences()
-    singles, full = [padded([s]) for s in sentences], padded(sentences)
-    words = sum(len(s) for s in sentences)
-else:
-    rows = np.random.default_rng(0).integers(0, 2, size=(64, 24, 1)).astype("float32")
-    singles, full, words = [bits(rows[i:i + 1]) for i in range(64)], bits(rows), 64 * 24
-for x in singles[:3] + [full]:  # warm-up
-    [t.numpy() for t in serve(**x).values()]
-one = []
-for _ in range(calls):
-    for x in singles:
-        began = time.perf_counter()
-        [t.numpy() for t in serve(**x).values()]
-        one.append(time.perf_counter() - began)
-many = []
-for _ in range(max(calls * 5, 5)):
+served = {}
+for entry in entries:
+    label, rest = entry.split("=", 1)
+    path, signature = rest.rsplit(":", 1)
     began = time.perf_counter()
-    [t.numpy() for t in serve(**full).values()]
-    many.append(time.perf_counter() - began)
-print(json.dumps({"load_seconds": load_seconds, "batch1_ms": 1000 * statistics.median(one),
-                  "batch64_ms": 1000 * statistics.median(many), "batch64_words": words,
-                  "sentences": len(singles)}))
+    serve = tf.saved_model.load(path).signatures[signature]
+    load_seconds = time.perf_counter() - began
+    specs = serve.structured_input_signature[1]
+    if "tokens" in specs:
+        sentences = tagger_sentences()
+        singles, full = [padded([s]) for s in sentences], padded(sentences)
+        words = sum(len(s) for s in sentences)
+    else:
+        rows = np.random.default_rng(0).integers(0, 2, size=(64, 24, 1)).astype("float32")
+        singles, full, words = [bits(specs, rows[i:i + 1]) for i in range(64)], bits(specs, rows), 64 * 24
+    for x in singles[:3] + [full]:  # warm-up
+        [t.numpy() for t in serve(**x).values()]
+    served[label] = dict(serve=serve, singles=singles, full=full, words=words, load=load_seconds, one=[], many=[])
+
+def timed(serve, x):
+    began = time.perf_counter()
+    [t.numpy() for t in serve(**x).values()]
+    return time.perf_counter() - began
+
+for _ in range(calls):  # the peers called in turn, input by input
+    for k in range(64):
+        for peer in served.values():
+            peer["one"].append(timed(peer["serve"], peer["singles"][k]))
+for _ in range(max(calls * 10, 10)):
+    for peer in served.values():
+        peer["many"].append(timed(peer["serve"], peer["full"]))
+print(json.dumps({label: {"load_seconds": p["load"], "batch1_ms": 1000 * statistics.median(p["one"]),
+                          "batch64_ms": 1000 * statistics.median(p["many"]), "batch64_words": p["words"],
+                          "sentences": len(p["singles"])} for label, p in served.items()}))
 """
 
 
@@ -149,6 +156,7 @@ def run_child(command, timeout):
 
 
 def measure(example, layers, args, workdir):
+    """One example run in a fresh process; its export stays for `latencies`."""
     tag = f"{example}_{layers}_{len(os.listdir(workdir))}"
     report, out = os.path.join(workdir, f"{tag}.json"), os.path.join(workdir, tag)
     _, error, seconds = run_child(example_command(example, layers, args, report, out), args.timeout)
@@ -157,13 +165,35 @@ def measure(example, layers, args, workdir):
     with open(report, encoding="utf-8") as f:
         result = json.load(f)
     result["process_seconds"] = seconds
-    export_path = result.get("export_path")
-    if example in ("pos", "demo") and export_path and not args.no_latency:
-        command = [sys.executable, "-c", LATENCY_CHILD, export_path, args.dev, str(args.latency_calls)]
-        stdout, error, _ = run_child(command, args.timeout)
-        result["latency"] = json.loads(stdout.strip().splitlines()[-1]) if stdout else {"error": error}
-    shutil.rmtree(out, ignore_errors=True)
+    result["out"] = out
     return result, None
+
+
+def latency_entries(example, layers, result):
+    """`label=path:signature` for LATENCY_CHILD. The demo's kb export is
+    timed through both signatures: `serving_default` (inputs and lengths,
+    which computes the mask) and `serving_unpadded` (every step valid, as
+    Keras's `model.export` computes)."""
+    path = result.get("export_path")
+    if example not in ("pos", "demo") or not path:
+        return []
+    if example == "demo" and layers == "kb":
+        return [f"kb={path}:serving_default", f"kb_unpadded={path}:serving_unpadded"]
+    return [f"{layers}={path}:serving_default"]
+
+
+def latencies(example, runs, args):
+    """The round's exported models loaded in one process and called in turn."""
+    entries = [e for layers, result in runs for e in latency_entries(example, layers, result)]
+    if entries and not args.no_latency:
+        command = [sys.executable, "-c", LATENCY_CHILD, args.dev, str(args.latency_calls)] + entries
+        stdout, error, _ = run_child(command, args.timeout)
+        timed = json.loads(stdout.strip().splitlines()[-1]) if stdout else {}
+        for layers, result in runs:
+            result["latency"] = {label: timed.get(label, {"error": error}) for label in timed or [layers]
+                                 if label.split("_")[0] == layers}
+    for _, result in runs:
+        shutil.rmtree(result.pop("out"), ignore_errors=True)
 
 
 def ratio(numerator, denominator, key) -> float:
@@ -180,12 +210,12 @@ def describe(example, layers, result) -> str:
             f"sentences/s (first pass {result['predict_first_seconds']:5.1f} s) | {what} "
             f"{100 * result['accuracy']:5.2f}% | {result['params']:,} params | "
             f"process {result['process_seconds']:.0f} s")
-    latency = result.get("latency")
-    if latency and "error" in latency:
-        line += f"\n{'':17s}SavedModel latency failed: {latency['error']}"
-    elif latency:
-        line += (f"\n{'':17s}SavedModel: batch 1 {latency['batch1_ms']:6.1f} ms (median over "
-                 f"{latency['sentences']} sentences), batch {latency['sentences']} {latency['batch64_ms']:6.1f} ms "
+    for label, latency in sorted(result.get("latency", {}).items()):
+        if "error" in latency:
+            line += f"\n{'':17s}{label}: SavedModel latency failed: {latency['error']}"
+            continue
+        line += (f"\n{'':17s}{label:12s} SavedModel: batch 1 {latency['batch1_ms']:6.2f} ms (median over "
+                 f"{latency['sentences']} inputs), batch {latency['sentences']} {latency['batch64_ms']:6.2f} ms "
                  f"({latency['batch64_words']} words), load {latency['load_seconds']:.1f} s")
     return line
 
@@ -223,12 +253,16 @@ def main(argv=None):
         for round_ in range(args.rounds):
             for example in args.examples:
                 shift = round_ % len(args.layers)
+                runs = []
                 for layers in args.layers[shift:] + args.layers[:shift]:
                     result, error = measure(example, layers, args, workdir)
                     if result is None:
                         print(f"{example:10s} {layers:5s} failed: {error}", flush=True)
                         continue
                     results.setdefault((example, layers), []).append(result)
+                    runs.append((layers, result))
+                latencies(example, runs, args)
+                for layers, result in runs:
                     print(describe(example, layers, result), flush=True)
     for example in args.examples:
         ours, twin = results.get((example, "kb")), results.get((example, "keras"))
@@ -239,6 +273,13 @@ def main(argv=None):
         if args.epochs > 1:
             line += f", later epochs x{ratio(twin, ours, lambda r: statistics.mean(r['epoch_seconds'][1:])):.2f}"
         line += f", predict throughput kb/keras x{ratio(ours, twin, lambda r: r['predict_sentences_per_second']):.2f}"
+        for label in sorted({k for r in ours for k in r.get("latency", {})}):
+            pairs = [(r["latency"][label], t["latency"]["keras"]) for r, t in zip(ours, twin)
+                     if "batch1_ms" in r.get("latency", {}).get(label, {})
+                     and "batch1_ms" in t.get("latency", {}).get("keras", {})]
+            for size in ("batch1_ms", "batch64_ms") if pairs else ():
+                line += (f", {label} SavedModel {size.split('_')[0]} latency keras/kb "
+                         f"x{statistics.median(k[size] for _, k in pairs) / statistics.median(o[size] for o, _ in pairs):.2f}")
         print(line + f" (medians over {min(len(ours), len(twin))} round(s); above 1: keras_birnn faster)")
 
 

@@ -120,16 +120,22 @@ class Vocabulary:
         return np.array([self.index.get(w, 1) for w in tokens[:max_len]] or [1], np.int32)
 
 
-class Batches(keras.utils.PyDataset):
+class Batches:
     """Length-bucketed batches, re-drawn every epoch (jittered sort, shuffled
-    batch order), padded to each batch's longest sentence."""
+    batch order), padded to each batch's longest sentence.
+
+    `model.fit` reads them through `dataset()`, a `tf.data` pipeline over a
+    Python generator, rather than as a `keras.utils.PyDataset`: Keras
+    prefetches a PyDataset, and at every epoch's start the main thread then
+    waits seconds for the previous epoch's prefetching thread
+    (benchmarks/README.md)."""
 
     def __init__(self, ids: List[np.ndarray], labels: np.ndarray, batch_size: int, seed: int, shuffle: bool = True):
-        super().__init__()
         self.ids, self.labels, self.batch_size = ids, labels.astype("float32"), batch_size
         self.lengths = np.array([len(x) for x in ids])
         self.rng = np.random.default_rng(seed)
         self.shuffle = shuffle
+        self.passes = 0
         self.on_epoch_end()
 
     def on_epoch_end(self):
@@ -149,6 +155,19 @@ class Batches(keras.utils.PyDataset):
         for row, i in enumerate(idx):
             x[row, : self.lengths[i]] = self.ids[i]
         return x, self.labels[idx]
+
+    def _pass(self):
+        """One epoch's batches; every pass after the first draws new ones."""
+        if self.passes and self.shuffle:
+            self.on_epoch_end()
+        self.passes += 1
+        for k in range(len(self)):
+            yield self[k]
+
+    def dataset(self) -> tf.data.Dataset:
+        spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.float32))
+        data = tf.data.Dataset.from_generator(self._pass, output_signature=spec)
+        return data.apply(tf.data.experimental.assert_cardinality(len(self)))
 
 
 # --- the models ------------------------------------------------------------------------------
@@ -320,8 +339,8 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=args.patience,
                                              restore_best_weights=True)
         timer = EpochTimer()
-        history = model.fit(train, validation_data=val, epochs=args.epochs, callbacks=[stop, timer],
-                            verbose=0 if args.quiet else 2)
+        history = model.fit(train.dataset(), validation_data=val.dataset(), epochs=args.epochs, callbacks=[stop, timer],
+                            verbose=0 if args.quiet else 2, shuffle=False)  # reshuffled by Batches
         seconds = time.perf_counter() - began
         predict_began = time.perf_counter()
         accuracy, _ = evaluate(model, test)
