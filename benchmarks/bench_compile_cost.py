@@ -10,6 +10,11 @@ is about compile cost / saving per step.
 
     python benchmarks/bench_compile_cost.py
     python benchmarks/bench_compile_cost.py --cells gru --lengths 20 40 --batch 64
+    python benchmarks/bench_compile_cost.py --inference    # inference calls, and the default's uncounted loops
+
+"plain" and "compiled" are the two forms of the counted path, chosen per call
+by a `tf.cond`; with `--inference`, "uncounted plain" is what an inference
+call runs by default (plain loops, no count, no `tf.cond`).
 """
 
 import argparse
@@ -29,7 +34,7 @@ from keras_birnn import bucketing, compile_policy  # noqa: E402
 CELLS = {"gru": kb.GRUCell, "lstm": kb.LSTMCell, "simple": kb.SimpleRNNCell}
 
 
-def training_step(cell: str, units: int, features: int):
+def training_step(cell: str, units: int, features: int, inference: bool = False):
     keras.utils.set_random_seed(0)
     layer = kb.Bidirectional(CELLS[cell](units), return_sequences=True)
     layer.build((None, None, features))
@@ -37,6 +42,8 @@ def training_step(cell: str, units: int, features: int):
 
     @tf.function(input_signature=spec)
     def step(x, mask):
+        if inference:
+            return layer(x, mask=mask, training=False)
         with tf.GradientTape() as tape:
             y = layer(x, mask=mask, training=True)
             loss = tf.reduce_sum(y * y)
@@ -59,10 +66,13 @@ def measure(cell: str, length: int, args) -> dict:
     x = tf.constant(rng.normal(size=(args.batch, length, args.features)), tf.float32)
     mask = tf.sequence_mask(rng.integers(length // 2, length + 1, args.batch), length)
     result = {}
-    for name, rule in (("plain", compile_policy.compilation(max_compiled_shapes=0)),
-                       ("compiled", compile_policy.compilation(compile_after=1))):
+    rules = [("plain", compile_policy.compilation(compile_after=10**9)),  # counted, never compiled
+             ("compiled", compile_policy.compilation(compile_after=1))]
+    if args.inference:
+        rules.append(("uncounted", compile_policy.compilation()))  # the default for inference: no switch
+    for name, rule in rules:
         with rule:
-            step = training_step(cell, args.units, args.features)
+            step = training_step(cell, args.units, args.features, args.inference)
             step.get_concrete_function()  # the trace, not timed
             start = time.perf_counter()
             step(x, mask)
@@ -79,8 +89,12 @@ def main(argv=None):
     parser.add_argument("--units", type=int, default=64)
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--inference", action="store_true",
+                        help="time an inference call instead (training=False), also with the default rule's "
+                             "uncounted plain loops")
     args = parser.parse_args(argv)
-    print(f"training step of Bidirectional({args.units} units), batch {args.batch}, {args.features} features, "
+    what = "inference call" if args.inference else "training step"
+    print(f"{what} of Bidirectional({args.units} units), batch {args.batch}, {args.features} features, "
           f"lengths up to T (half to all valid); {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     for cell in args.cells:
         for length in args.lengths:
@@ -89,9 +103,12 @@ def main(argv=None):
             compile_s = r["compiled_first_s"] - r["plain_first_s"]
             saved = r["plain_ms"] - r["compiled_ms"]
             calls = 1e3 * compile_s / saved if saved > 0 else float("inf")
-            print(f"{cell:6s} T {length:4d} (bucket {bucket:4d}) | plain {r['plain_ms']:7.2f} ms, compiled "
-                  f"{r['compiled_ms']:7.2f} ms (x{r['plain_ms'] / r['compiled_ms']:.2f}) | compilation {compile_s:5.2f} s "
-                  f"| pays after {calls:6.0f} calls = {calls * bucket:7.0f} bucket steps", flush=True)
+            line = (f"{cell:6s} T {length:4d} (bucket {bucket:4d}) | plain {r['plain_ms']:7.2f} ms, compiled "
+                    f"{r['compiled_ms']:7.2f} ms (x{r['plain_ms'] / r['compiled_ms']:.2f}) | compilation {compile_s:5.2f} s "
+                    f"| pays after {calls:6.0f} calls = {calls * bucket:7.0f} bucket steps")
+            if args.inference:
+                line += f" | uncounted plain {r['uncounted_ms']:7.2f} ms"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,17 @@ and reads the numbers each writes with `--report-json`:
 - accuracy: dev UPOS for the tagger, held-out accuracy for the classifier
   and the demo.
 
-Then, for the tagger and the demo, the latency of the exported SavedModel
+Then, for the tagger and the demo, the latency of the exported SavedModels
 (the tagger: both export through `keras.export.ExportArchive`, the same
 serving signature, string tokens in, tags out; the demo: `kb.export_saved_model`
-against Keras's `model.export`), loaded in another fresh process with
-`tf.saved_model.load` and timed through its `serving_default` signature at
-batch 1 (each of 64 inputs, median) and batch 64 (median of the calls):
-the tagger's first 64 dev sentences (batch 64 padded to the longest), the
-demo's 64 random bit sequences of 24 steps.
+against Keras's `model.export`): after each round, the round's exports are
+loaded in one fresh process with `tf.saved_model.load` and called in turn,
+input by input, at batch 1 (each of 64 inputs, median) and batch 64 (median
+of the calls): the tagger's first 64 dev sentences (batch 64 padded to the
+longest), the demo's 64 random bit sequences of 24 steps. The demo's kb
+export is timed through both its signatures: `serving_default` (inputs and
+`lengths`, from which it builds the mask) and `serving_unpadded` (every step
+valid), which computes what Keras's export computes.
 
     python benchmarks/bench_examples.py                      # full EWT, 2 epochs: long
     python benchmarks/bench_examples.py --quick              # a smoke run: small slices and sizes

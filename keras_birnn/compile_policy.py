@@ -24,6 +24,16 @@ compiled; the rest stay plain. The choice changes neither numbers beyond
 float rounding nor gradients: both paths are the same traced loops and
 the same hand-written BPTT (the NumPy oracle tests run on both).
 
+Inference calls in a graph traced for any sequence length (`predict` or
+`evaluate` on batches of varying length, a serving function) are not
+counted by default: they run plain loops (the "inference" path of
+`loop_report()`). The run-time choice between the two forms is a `tf.cond`
+which cost such a call about 2 ms per layer on 2 cores, while their shapes
+rarely recur often enough to be compiled (`counts_inference`). Inference
+traced for one length (a fixed-shape function, `predict` on batches padded
+to one length) and, under an explicit `compile_after`, every inference
+call are counted like training calls.
+
 Counting happens in graphs and in eager calls alike, static shapes
 included: `model.fit` first traces the exact shape of its first batch,
 which may never come again. The counts are per layer, so two identical,
@@ -110,6 +120,19 @@ def calls_before_compiled(steps):
     if _Settings.compile_after != "auto":
         return _Settings.compile_after
     return (AUTO_COMPILE_STEPS + steps - 1) // steps
+
+
+def counts_inference(static_length: bool) -> bool:
+    """Whether an inference call in a graph is counted (and compiled once
+    its shape recurs): under an explicit `compile_after`, or when the graph
+    was traced for one sequence length (`static_length`). An inference
+    graph traced for any length (`predict` on batches of varying length,
+    a serving signature) runs plain loops, uncounted: the run-time choice
+    between the compiled and plain loops is a `tf.cond` which cost such a
+    call about 2 ms per layer on 2 CPU cores (a batch-1 call twice its
+    plain time, benchmarks/README.md), while its shapes, spread over time
+    buckets, rarely recur often enough to be compiled."""
+    return _Settings.compile_after != "auto" or static_length
 
 
 class ShapeCounter:

@@ -2,8 +2,8 @@
 
 Its children are the examples (tested in their own files) and a latency
 script given to `python -c`; the script is checked here on the demo's
-SavedModels, kb's (`inputs` and `lengths`) and Keras's (`bits`), which it
-must serve through the same signature without keras_birnn (that the
+SavedModels, kb's (`inputs` and `lengths`, or `inputs` alone) and Keras's
+(`bits`), which it must serve in one process without keras_birnn (that the
 exports serve the model's numbers is test_export.py's and the demo's).
 """
 
@@ -35,21 +35,24 @@ def test_latency_script_compiles_and_commands_name_the_examples():
                            "--report-json", "r.json", "--quiet"]
 
 
-@pytest.mark.slow(reason="exports two small models and serves each in a child process, ~20 s")
-@pytest.mark.parametrize("layers", ["kb", "keras"])
-def test_latency_script_serves_the_demo_exports(tmp_path, layers):
-    bench = load_bench()
-    model = demo.build_bigru(4, layers=layers)
-    if layers == "keras":
-        path = str(tmp_path / "1")
-        model.export(path, verbose=False)
-    else:
-        import keras_birnn as kb
+@pytest.mark.slow(reason="exports two small models and serves them in a child process, ~20 s")
+def test_latency_script_serves_the_demo_exports(tmp_path):
+    """One child serves kb's export through both signatures and Keras's,
+    called in turn (`bench_examples.latency_entries` names them)."""
+    import keras_birnn as kb
 
-        path = kb.export_saved_model(model, str(tmp_path), version=1)
-    done = subprocess.run([sys.executable, "-c", bench.LATENCY_CHILD, path, "unused", "1"],
+    bench = load_bench()
+    keras_path = str(tmp_path / "keras" / "1")
+    demo.build_bigru(4, layers="keras").export(keras_path, verbose=False)
+    kb_path = kb.export_saved_model(demo.build_bigru(4, layers="kb"), str(tmp_path / "kb"), version=1)
+    entries = (bench.latency_entries("demo", "kb", {"export_path": kb_path})
+               + bench.latency_entries("demo", "keras", {"export_path": keras_path}))
+    assert [e.split("=")[0] for e in entries] == ["kb", "kb_unpadded", "keras"]
+    done = subprocess.run([sys.executable, "-c", bench.LATENCY_CHILD, "unused", "1"] + entries,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["sentences"] == 64 and result["batch64_words"] == 64 * 24
-    assert result["batch1_ms"] > 0 and result["batch64_ms"] > 0
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(results) == ["kb", "kb_unpadded", "keras"]
+    for result in results.values():
+        assert result["sentences"] == 64 and result["batch64_words"] == 64 * 24
+        assert result["batch1_ms"] > 0 and result["batch64_ms"] > 0

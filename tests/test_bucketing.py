@@ -101,13 +101,14 @@ def _pad_time_calls(monkeypatch):
 @pytest.mark.slow(reason="traces each path, ~3 s")
 @pytest.mark.parametrize(
     "how, bucketed",
-    [("unknown_length", True), ("static_length", False), ("eager", False), ("xla_disabled", False),
-     ("jit_compile", False)],
+    [("unknown_length", True), ("unknown_length_inference", False), ("static_length", False), ("eager", False),
+     ("xla_disabled", False), ("jit_compile", False)],
 )
 def test_when_buckets_are_used(monkeypatch, how, bucketed):
     """Only loops that XLA would compile once per length: traced in a graph
     with an unknown time size, not inside an XLA-compiled caller, not as
-    plain TensorFlow loops."""
+    plain TensorFlow loops (among them inference traced for any length,
+    which `compile_policy.counts_inference` leaves plain)."""
     calls = _pad_time_calls(monkeypatch)
     layer = kb.Bidirectional(kb.GRUCell(3), return_sequences=True)
     layer.build((None, None, F))
@@ -122,8 +123,10 @@ def test_when_buckets_are_used(monkeypatch, how, bucketed):
     elif how == "xla_disabled":
         with kb.recurrence.xla_disabled():
             tf.function(layer, input_signature=unknown)(x)
-    else:
+    elif how == "unknown_length_inference":
         tf.function(layer, input_signature=unknown)(x)
+    else:
+        tf.function(lambda x: layer(x, training=True), input_signature=unknown)(x)
     assert bool(calls) == bucketed
 
 

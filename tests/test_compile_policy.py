@@ -72,7 +72,7 @@ def test_auto_compiles_after_a_number_of_steps(monkeypatch, length, bucket):
     8-step bucket and 2 at the 24-step one."""
     monkeypatch.setattr(compile_policy, "AUTO_COMPILE_STEPS", 40)
     layer = kb.Bidirectional(kb.GRUCell(3), return_sequences=True)
-    call = tf.function(lambda x, m: layer(x, mask=m), input_signature=UNKNOWN)
+    call = tf.function(lambda x, m: layer(x, mask=m, training=True), input_signature=UNKNOWN)
     x = np.ones((2, length, F), np.float32)
     threshold = -(-40 // bucket)
     assert compile_policy.settings()["compile_after"] == "auto"
@@ -107,16 +107,24 @@ def test_eager_calls_are_counted_and_exact():
 
 @pytest.mark.parametrize(
     "how, path",
-    [("static_shape", "counted"), ("unknown_shape", "counted"), ("xla_disabled", "plain"),
-     ("jit_compile", "inside-xla"), ("eager", "counted")],
+    [("static_shape", "counted"), ("unknown_shape", "inference"), ("training", "counted"),
+     ("compile_after", "counted"), ("xla_disabled", "plain"), ("jit_compile", "inside-xla"), ("eager", "counted")],
 )
 def test_traced_path_is_reported(how, path):
+    """Inference traced in a graph for any length runs plain loops,
+    uncounted, unless `compile_after` is set; inference traced for one
+    length, training calls and eager calls are counted."""
     layer = kb.Bidirectional(kb.GRUCell(3))
     x = np.ones((2, 5, F), np.float32)
     if how == "static_shape":
         tf.function(layer, input_signature=[tf.TensorSpec([2, 5, F])])(x)
     elif how == "unknown_shape":
         tf.function(layer, input_signature=UNKNOWN[:1])(x)
+    elif how == "training":
+        tf.function(lambda x: layer(x, training=True), input_signature=UNKNOWN[:1])(x)
+    elif how == "compile_after":
+        with kb.compilation(compile_after=2):
+            tf.function(layer, input_signature=UNKNOWN[:1])(x)
     elif how == "xla_disabled":
         with kb.xla_disabled():
             tf.function(layer, input_signature=UNKNOWN[:1])(x)
@@ -125,6 +133,8 @@ def test_traced_path_is_reported(how, path):
     else:
         layer(x)
     assert set(layer.loop_report()["traced"]) == {path}
+    counted = [(s["calls"], s["training"]) for s in layer.loop_report()["shapes"]]
+    assert counted == ([] if path in ("inference", "plain", "inside-xla") else [(1, how == "training")])
 
 
 @pytest.mark.slow(reason="traces an export, ~4 s")

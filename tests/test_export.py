@@ -8,6 +8,7 @@ TF Serving would; the oracle is the Keras model run on each row unpadded
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -378,6 +379,13 @@ def test_keras_model_export_for_export_has_no_xla_and_serves_the_same(tmp_path, 
         np.testing.assert_allclose(np.asarray(loaded.serve(tokens)), np.asarray(model(tokens)), atol=1e-6)
 
 
+# What some TensorFlow builds print when they start, whatever TF_CPP_MIN_LOG_LEVEL
+# says: absl's notice that it logs to stderr before it is initialised, and
+# INFO lines (oneDNN, the CPU's instructions).
+_START_UP_LINES = ("WARNING: All log messages before absl::InitializeLog()", "I0000 ",
+                   "To enable the following instructions")
+
+
 @pytest.mark.slow(reason="a fresh Python process, ~15 s")
 def test_loading_an_export_prints_no_warning(tmp_path):
     """A serving graph holds the forward pass only: loading it prints
@@ -408,5 +416,6 @@ def test_loading_an_export_prints_no_warning(tmp_path):
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "WARNING" not in done.stderr and "custom gradient" not in done.stderr, done.stderr[-3000:]
+    warnings = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith(_START_UP_LINES)]
+    assert not any("WARNING" in line or "custom gradient" in line or re.match(r"W\d{4} ", line) for line in warnings), warnings
     np.testing.assert_allclose(np.asarray(json.loads(done.stdout.strip().splitlines()[-1])), expected, atol=1e-5)

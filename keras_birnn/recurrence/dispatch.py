@@ -72,24 +72,26 @@ def run(
 
 
 def _run_bucketed(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
-    if _compiles_per_length(directions):
+    path = _path(directions, _flatten(directions), counter, bptt)
+    if _compiles_per_length(directions, path):
         directions, mask, steps = bucketing.pad_time(directions, mask)
-        return bucketing.crop_time(_run(directions, mask, return_sequences, bptt, counter), steps)
-    return _run(directions, mask, return_sequences, bptt, counter)
+        return bucketing.crop_time(_run(path, directions, mask, return_sequences, bptt, counter), steps)
+    return _run(path, directions, mask, return_sequences, bptt, counter)
 
 
-def _compiles_per_length(directions: Sequence[Direction]) -> bool:
+def _compiles_per_length(directions: Sequence[Direction], path: str) -> bool:
     """Whether the loops about to be built are XLA programs that would each
     be compiled again for every new sequence length: in a graph traced with
     an unknown time size, outside an XLA-compiled caller (which has its own
-    static shapes). Those run on time buckets (`bucketing`)."""
+    static shapes), on a path that may compile (not uncounted inference).
+    Those run on time buckets (`bucketing`)."""
     unknown_length = directions[0].inputs.shape[1] is None
-    return unknown_length and _XLA.enabled and not tf.executing_eagerly() and not _in_xla()
+    may_compile = path != "inference"
+    return unknown_length and may_compile and _XLA.enabled and not tf.executing_eagerly() and not _in_xla()
 
 
-def _run(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
+def _run(path, directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
     flat = _flatten(directions)
-    path = _path(directions, flat, counter)
     if _recorded_twice(path, directions, flat):
         # The zero-length `tf.cond` below cannot hold a custom gradient that
         # a persistent or nested tape records ("Could not find external
@@ -143,9 +145,10 @@ def _run_path(path, directions, flat, mask, return_sequences, bptt, counter, emp
     return _unflatten_outputs(flat_out, directions, return_sequences)
 
 
-def _path(directions, flat, counter) -> str:
+def _path(directions, flat, counter, bptt: bool) -> str:
     """How the loops of this call are built (`compile_policy` explains
-    "counted"); `counter.note_path` records it for `loop_report()`."""
+    "counted" and "inference"); `counter.note_path` records it for
+    `loop_report()`."""
     if carries_tangents(flat):
         # TensorFlow pushes tangents through a plain loop's ops, but not
         # through a custom gradient (it would silently report no tangent).
@@ -164,6 +167,9 @@ def _path(directions, flat, counter) -> str:
     # shape, which may never come again, before relaxing it.
     if counter is None or in_save_context():
         return "compiled"
+    static_length = directions[0].inputs.shape[1] is not None
+    if not eager and not bptt and not compile_policy.counts_inference(static_length):
+        return "inference"
     return "counted"
 
 
@@ -171,6 +177,10 @@ def _runner(path: str, key: LoopKey, split: bool, directions, counter) -> Callab
     """The function `runner(flat, mask)` running the loops on `path`."""
     if path in ("forward-mode", "forward-only"):
         return functools.partial(_plain_loop, key)
+    if path == "inference":
+        # Plain loops as cached functions (traced once per loop structure),
+        # with a custom gradient for a tape that asks anyway.
+        return functools.partial(_differentiable_loop, key, "function", split)
     if path == "counted" and tf.executing_eagerly():
         compiled = bool(counter.decide(*tf.shape(directions[0].inputs)[:2], key.keep))
         return functools.partial(_differentiable_loop, key, "shared-xla" if compiled else "shared", split)
