@@ -237,6 +237,43 @@ def test_sentence_split_is_fixed_seeded_and_disjoint():
     assert sent.tokenize("It's a gem, not a flop!") == ["it's", "a", "gem", ",", "not", "a", "flop", "!"]
 
 
+def test_sentence_batches_dataset_redraws_each_pass():
+    """`Batches.dataset()` gives `model.fit` the batches `Batches[k]` holds,
+    padded to each batch's longest sentence; each later pass (epoch) the
+    next draw of the same seeded generator, and the unshuffled batches
+    every pass."""
+    sent = load_example("sentence_classification")
+    rng = np.random.default_rng(3)
+    ids = [rng.integers(2, 50, size=n).astype(np.int32) for n in rng.integers(1, 9, size=23)]
+    labels = rng.integers(0, 2, size=23).astype(np.float32)
+
+    def passes(batches, count):
+        data = batches.dataset()
+        return [[(x.numpy(), y.numpy()) for x, y in data] for _ in range(count)]
+
+    def draws(count):  # what each epoch's batches should be
+        expected = sent.Batches(ids, labels, 5, seed=7)
+        out = []
+        for _ in range(count):
+            out.append([expected[k] for k in range(len(expected))])
+            expected.on_epoch_end()
+        return out
+
+    got = passes(sent.Batches(ids, labels, 5, seed=7), 3)
+    for got_pass, want_pass in zip(got, draws(3)):
+        assert len(got_pass) == len(want_pass) == 5
+        for (x, y), (wx, wy) in zip(got_pass, want_pass):
+            np.testing.assert_array_equal(x, wx)
+            np.testing.assert_array_equal(y, wy)
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(got[0], got[1]))  # redrawn
+    x, _ = got[0][0]
+    assert x.shape[1] == max(int((row != 0).sum()) for row in x)  # padded to the longest row
+    fixed = passes(sent.Batches(ids, labels, 5, seed=7, shuffle=False), 2)
+    for (x0, y0), (x1, y1) in zip(*fixed):
+        np.testing.assert_array_equal(x0, x1)
+        np.testing.assert_array_equal(y0, y1)
+
+
 # --- merge_modes -----------------------------------------------------------------------------------
 
 
