@@ -104,8 +104,8 @@ def main(argv=None):
             saved = r["plain_ms"] - r["compiled_ms"]
             calls = 1e3 * compile_s / saved if saved > 0 else float("inf")
             line = (f"{cell:6s} T {length:4d} (bucket {bucket:4d}) | plain {r['plain_ms']:7.2f} ms, compiled "
-                    f"{r['compiled_ms']:7.2f} ms (x{r['plain_ms'] / r['compiled_ms']:.2f}) | compilation {compile_s:5.2f} s "
-                    f"| pays after {calls:6.0f} calls = {calls * bucket:7.0f} bucket steps")
+                    f"{r['compiled_ms']:7.2f} ms (x{r['plain_ms'] / r['compiled_ms']:.2f}) | "
+                    f"compilation {compile_s:5.2f} s | pays after {calls:6.0f} calls = {calls * bucket:7.0f} bucket steps")
             if args.inference:
                 line += f" | uncounted plain {r['uncounted_ms']:7.2f} ms"
             print(line, flush=True)

@@ -281,8 +281,8 @@ def main(argv=None):
                      if "batch1_ms" in r.get("latency", {}).get(label, {})
                      and "batch1_ms" in t.get("latency", {}).get("keras", {})]
             for size in ("batch1_ms", "batch64_ms") if pairs else ():
-                line += (f", {label} SavedModel {size.split('_')[0]} latency keras/kb "
-                         f"x{statistics.median(k[size] for _, k in pairs) / statistics.median(o[size] for o, _ in pairs):.2f}")
+                theirs, mine = (statistics.median(p[side][size] for p in pairs) for side in (1, 0))
+                line += f", {label} SavedModel {size.split('_')[0]} latency keras/kb x{theirs / mine:.2f}"
         print(line + f" (medians over {min(len(ours), len(twin))} round(s); above 1: keras_birnn faster)")
 
 

@@ -219,7 +219,8 @@ class LoopReporting:
         Returns:
             A dict with `"traced"`: how the loops were built, each time a
             graph was traced or an eager call made (`"counted"`: chosen per
-            call at run time; `"compiled"`: XLA for a static shape or an
+            call at run time; `"inference"`: plain loops, uncounted, for
+            inference traced for any length; `"compiled"`: XLA for a static shape or an
             export; `"plain"`: under `kb.xla_disabled()`; `"inside-xla"`:
             part of an XLA-compiled caller; `"higher-order"`,
             `"forward-mode"`: for derivatives of derivatives;

@@ -17,7 +17,8 @@ XLA compiles a program per input shape, so in a graph traced with an
 unknown sequence length the loops run on inputs padded to a few bucket
 lengths (`bucketing`), the padding masked and skipped; a layer's loops run
 XLA-compiled only for the shapes it meets often, and as plain TensorFlow
-otherwise (`compile_policy`, the "counted" path of `dispatch._path`);
+otherwise (`compile_policy`, the "counted" path of `dispatch._path`;
+inference traced for any length runs plain, the "inference" path);
 sequence-level encoders leave rows without a valid step out
 (`bucketing.valid_rows`).
 
