@@ -27,8 +27,9 @@ def float64_policy():
 @pytest.fixture
 def compiled_loops(monkeypatch):
     """Loops that would be counted (`keras_birnn.compile_policy`), or run
-    plain as uncounted inference, are built XLA-compiled outright, without the run-time choice between the compiled
-    and plain forms: for tests that read the compiled loops' structure."""
+    plain as uncounted inference, are built XLA-compiled outright, without
+    the run-time choice between the compiled and plain forms: for tests
+    that read the compiled loops' structure."""
     from keras_birnn import recurrence
 
     # Patched where `run` reads it (`recurrence.dispatch`), not the package.

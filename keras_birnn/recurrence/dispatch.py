@@ -79,15 +79,18 @@ def _run_bucketed(directions, mask, return_sequences, bptt, counter) -> List[Dir
     return _run(path, directions, mask, return_sequences, bptt, counter)
 
 
+# The paths whose loops XLA compiles (`_runner`): on them a graph traced
+# with an unknown time size would compile a program per length.
+_COMPILING_PATHS = ("counted", "compiled", "higher-order")
+
+
 def _compiles_per_length(directions: Sequence[Direction], path: str) -> bool:
     """Whether the loops about to be built are XLA programs that would each
-    be compiled again for every new sequence length: in a graph traced with
-    an unknown time size, outside an XLA-compiled caller (which has its own
-    static shapes), on a path that may compile (not uncounted inference).
-    Those run on time buckets (`bucketing`)."""
-    unknown_length = directions[0].inputs.shape[1] is None
-    may_compile = path != "inference"
-    return unknown_length and may_compile and _XLA.enabled and not tf.executing_eagerly() and not _in_xla()
+    be compiled again for every new sequence length: on a compiling path,
+    in a graph traced with an unknown time size (eager calls and an
+    XLA-compiled caller have static shapes). Those run on time buckets
+    (`bucketing`)."""
+    return path in _COMPILING_PATHS and directions[0].inputs.shape[1] is None and not tf.executing_eagerly()
 
 
 def _run(path, directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
