@@ -13,6 +13,7 @@ import tensorflow as tf
 # Why private: no public TensorFlow API answers these questions; see each function.
 from tensorflow.python.eager import forwardprop_util
 from tensorflow.python.framework import op_def_registry
+from tensorflow.python.ops import control_flow_util_v2
 from tensorflow.python.ops import gradients_util
 from tensorflow.python.saved_model import save_context
 
@@ -36,6 +37,15 @@ def may_differentiate_twice(tensors: Sequence[tf.Tensor]) -> bool:
     query for the tapes watching a tensor."""
     kind = gradients_util.PossibleTapeGradientTypes(tensors)
     return kind == gradients_util.POSSIBLE_GRADIENT_TYPES_HIGHER_ORDER
+
+
+def set_while_lowering(while_op: tf.Operation, lowered: bool) -> None:
+    """Whether TensorFlow's executor runs a `tf.while_loop` built in a
+    graph as dataflow frames (`lowered`) or as a functional `While` op that
+    calls its body once per iteration. `tf.while_loop` decides by itself
+    (lowered, except inside XLA, where the flag is ignored) and has no
+    argument for it; its own helper sets the op's attribute."""
+    control_flow_util_v2.maybe_set_lowering_attr(while_op, lower_using_switch_merge=lowered)
 
 
 def carries_tangents(tensors: Sequence[tf.Tensor]) -> bool:

@@ -301,21 +301,33 @@ def test_graph_loop_layouts(compiled_loops, fused):
 
 
 @pytest.fixture
-def loop_settings(compiled_loops):
-    """`switch(xla=..., inline_step_limit=...)` sets how `recurrence` builds
-    loops for one test; loops built under other settings are dropped from
-    the caches before and after."""
+def loop_switch():
+    """`switch(xla=..., inline_step_limit=..., functional_step_limit=...)`
+    sets how `recurrence` builds loops for one test; loops built under other
+    settings are dropped from the caches before and after."""
     rec = kb.recurrence
-    # The limit is set where `_max_inline_batch` reads it (`recurrence.compiled`).
-    saved = {"xla": rec._XLA.enabled, "inline_step_limit": rec.compiled._INLINE_STEP_LIMIT}
+    # The limits are set where they are read (`recurrence.compiled`).
+    saved = {"xla": rec._XLA.enabled, "inline_step_limit": rec.compiled._INLINE_STEP_LIMIT,
+             "functional_step_limit": rec.compiled._FUNCTIONAL_STEP_LIMIT}
 
-    def switch(xla=saved["xla"], inline_step_limit=saved["inline_step_limit"]):
+    def switch(xla=saved["xla"], inline_step_limit=saved["inline_step_limit"],
+               functional_step_limit=saved["functional_step_limit"]):
         rec._XLA.enabled, rec.compiled._INLINE_STEP_LIMIT = xla, inline_step_limit
+        rec.compiled._FUNCTIONAL_STEP_LIMIT = functional_step_limit
         rec._loop_functions.cache_clear()
         rec._compiled_runner.cache_clear()
+        rec.dispatch._counted_runner.cache_clear()
+        rec.compiled._SHARED_LEAVES.clear()
 
     yield switch
     switch(**saved)
+
+
+@pytest.fixture
+def loop_settings(compiled_loops, loop_switch):
+    """`loop_switch`, with the loops that would be counted or run as
+    uncounted inference built XLA-compiled outright (`compiled_loops`)."""
+    return loop_switch
 
 
 def _training_loop_variables(layer) -> dict:
@@ -338,13 +350,14 @@ def test_training_loop_reads(loop_settings, cell, fused):
     """The training loops' per-step reads: sliced in the step inside XLA,
     read one iteration ahead as loop-carried values without it. Both give
     the oracle's BPTT gradients, masked, with unknown batch and time sizes,
-    and every in-step loop, forward and BPTT, carries fewer values."""
+    and every in-step loop, forward and BPTT, carries fewer values. (Plain
+    loops in their lowered form only: test_plain_loop_forms has both.)"""
     case = make_case(cell, "concat", seed=13, return_sequences=True)
     layout = kb.recurrence.fused_directions if fused else contextlib.nullcontext
     d_output = case.random_d_output()
     carried = {}
     for xla in (True, False):
-        loop_settings(xla=xla)
+        loop_settings(xla=xla, functional_step_limit=0)
         with layout():
             grads = case.tf_grads(d_output, MASK, graph=True, training=True)
             carried[xla] = _training_loop_variables(case.layer)
@@ -376,7 +389,7 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     assert len(one_tanh["bptt"]) == len(one_tanh["forward"]) == 2, one_tanh
     assert one_tanh["forward"] == other["forward"], (one_tanh, other)
     assert [a - b for a, b in zip(one_tanh["bptt"], other["bptt"])] == [1, 1], (one_tanh, other)
-    loop_settings(xla=False)
+    loop_settings(xla=False, functional_step_limit=0)
     assert carried() == carried(recurrent_activation="hard_sigmoid")
 
 
@@ -415,6 +428,70 @@ def test_unidirectional_inference_loops(loop_settings, jit_compile, reverse):
         expected, _ = ref.run_direction("gru", params, x, reverse=reverse)
         run = tf.function(lambda x: layer(x), jit_compile=jit_compile, input_signature=UNKNOWN_SIZES[:1])
         np.testing.assert_allclose(run(x), expected, atol=1e-5)
+
+
+def _while_lowering(fn, *args) -> list:
+    """Per while loop of a traced function (and the functions it calls):
+    its `_lower_using_switch_merge` attribute, None where unset."""
+    graph_def = _graph_def(fn, *args)
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    flags = []
+    for node in nodes:
+        if node.op in ("While", "StatelessWhile"):
+            attr = node.attr.get("_lower_using_switch_merge")
+            flags.append(None if attr is None else attr.b)
+    return flags
+
+
+@pytest.mark.slow(reason="traces and runs both plain loop forms, ~10 s")
+@pytest.mark.parametrize("how", ["xla_disabled", "counted_plain_form", "uncounted_inference"])
+@pytest.mark.parametrize("limit", [0, 10**12], ids=["lowered", "functional"])
+def test_plain_loop_forms(loop_switch, how, limit):
+    """Plain TensorFlow loops run as functional `While` ops for small steps
+    and lowered for large ones (`compiled._loop`): both forms give the
+    oracle's outputs and BPTT gradients with a mask and unknown batch and
+    time sizes (limit 0: the lowered form; otherwise the functional, which
+    the tf.cond picks for any batch), under `kb.xla_disabled()`, in the
+    counted path's plain form and as uncounted inference. The graph holds
+    the lowered form's loops, and the functional form's unless the limit
+    rules it out."""
+    loop_switch(xla=how != "xla_disabled", functional_step_limit=limit)
+    case = make_case("gru_reset_after", "concat", seed=15, return_sequences=True)
+    never = kb.compilation(compile_after=10**9)
+    with never if how == "counted_plain_form" else contextlib.nullcontext():
+        infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=UNKNOWN_SIZES)
+        expected = {True} if limit == 0 else {True, False}
+        flags = _while_lowering(infer, *UNKNOWN_SIZES)
+        assert set(flags) == expected, flags
+        assert_all_close(to_numpy(infer(case.x, MASK)), case.oracle(MASK))
+        if how == "uncounted_inference":
+            return
+        d_output = case.random_d_output()
+        grads = case.tf_grads(d_output, MASK, graph=True, training=True)
+        case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
+
+        @tf.function(input_signature=UNKNOWN_SIZES)
+        def gradients(x, mask):
+            with tf.GradientTape() as tape:
+                total = tf.reduce_sum(case.layer(x, mask=mask, training=True))
+            return tape.gradient(total, case.layer.trainable_variables)
+
+        flags = _while_lowering(gradients, *UNKNOWN_SIZES)
+        assert set(flags) == expected and len(flags) >= 4, flags
+
+
+def test_plain_loop_form_chosen_by_step_size(loop_switch):
+    """With an unknown batch, both plain forms are traced and a tf.cond
+    picks one by the step's multiply-adds; with a known batch only the form
+    for that batch is."""
+    layer = kb.Bidirectional(kb.GRUCell(U), return_sequences=True)
+    layer.build((None, None, 3))
+    per_row = (3 + U) * 3 * U  # one direction per loop
+    loop_switch(xla=False, functional_step_limit=4 * per_row)
+    for batch, flags in ((None, {True, False}), (4, {False}), (5, {True})):
+        spec = tf.TensorSpec([batch, None, 3])
+        infer = tf.function(lambda x: layer(x), input_signature=[spec])
+        assert sorted(_while_lowering(infer, spec)) == sorted(list(flags) * 2), batch  # two directions
 
 
 def test_inline_read_chosen_by_batch_size():

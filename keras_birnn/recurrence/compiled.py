@@ -34,6 +34,11 @@ LoopFunctions = Tuple[Callable, Callable, Callable]
 # thread's matmuls are too slow (benchmarks/README.md has the crossover).
 _INLINE_STEP_LIMIT = 5_000_000
 
+# Multiply-adds of one step's matmuls (all rows, all directions of the
+# loop) up to which a plain TensorFlow loop runs as a functional `While`
+# op rather than lowered (`_loop`; benchmarks/README.md has the crossover).
+_FUNCTIONAL_STEP_LIMIT = 1_500_000
+
 
 @functools.lru_cache(maxsize=None)
 def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
@@ -42,31 +47,57 @@ def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
     XLA, the loops (not backward's bulk matmuls) are compiled once per loop
     structure and reused across calls (eagerly too); XLA compiles each once
     per concrete input shape. An inference forward of one direction has two
-    loops, for small and large steps (`_by_batch_size`). With `split`,
+    XLA loops, for small and large steps (`_by_batch_size`); every plain
+    loop has two forms, functional and lowered (`_loop`). With `split`,
     every direction has loops of its own (`_split_loop_functions`). `xla`
     is as `_compiled` takes it."""
     if split:
         return _split_loop_functions(key, xla)
     # The shared forms read slices as XLA's do (`_time_loop`), in both.
     xla_reads = xla in (True, "shared", "shared-xla")
-    compiled_backward_loop = _compiled(key, xla, "backward", _backward_loop_fn(key, xla_reads))
-    backward = _backward_fn(key, compiled_backward_loop)
-    keeping = _compiled(key, xla, "keeping", _forward_fn(key, xla_reads, True))
+    backward_loop = _loop(key, xla, "backward", lambda lowered: _backward_loop_fn(key, xla_reads, lowered))
+    backward = _backward_fn(key, backward_loop)
+    keeping = _loop(key, xla, "keeping", lambda lowered: _forward_fn(key, xla_reads, True, lowered=lowered))
     if key.keep:
         return keeping, keeping, backward
-    forward = _compiled(key, xla, "forward", _forward_fn(key, xla_reads, False))
-    max_inline_batch = _max_inline_batch(key.specs) if xla_reads else 0
+    forward = _loop(key, xla, "forward", lambda lowered: _forward_fn(key, xla_reads, False, lowered=lowered))
+    max_inline_batch = _max_inline_batch(key.specs) if xla in _XLA_FORMS else 0
     if max_inline_batch:
         small = _compiled(key, xla, "small", _forward_fn(key, xla_reads, False, read_in_step=True))
         forward = _by_batch_size(max_inline_batch, small=small, large=forward)
     return forward, keeping, backward
 
 
-def _forward_fn(key: LoopKey, xla_reads: bool, keep_for_bptt: bool, read_in_step: bool = False) -> Callable:
+# The forms of `_compiled` that XLA compiles.
+_XLA_FORMS = (True, "shared-xla")
+
+
+def _loop(key: LoopKey, xla, role: str, make: Callable[[bool], Callable]) -> Callable:
+    """One loop role in the form `xla` asks; `make(lowered)` builds it.
+
+    Outside XLA, TensorFlow's executor runs a `tf.while_loop` either
+    lowered to dataflow frames, where it schedules every op of every
+    iteration, or as a functional `While` op calling the step as one
+    function per iteration. Lowered costs small steps more in bookkeeping,
+    functional loses large steps the overlap of one iteration's input
+    reads and projections with the previous one's recurrence; so plain
+    loops run functional up to `_FUNCTIONAL_STEP_LIMIT` multiply-adds per
+    step, lowered beyond (`_by_batch_size`). XLA compiles either alike."""
+    lowered = _compiled(key, xla, role, make(True))
+    if xla in _XLA_FORMS:
+        return lowered
+    functional = _compiled(key, xla, role + "/functional", make(False))
+    return _by_batch_size(_FUNCTIONAL_STEP_LIMIT // _step_size(key.specs), small=functional, large=lowered)
+
+
+def _forward_fn(
+    key: LoopKey, xla_reads: bool, keep_for_bptt: bool, read_in_step: bool = False, lowered: bool = True
+) -> Callable:
     def forward(flat, mask):
         directions = _unflatten(list(flat), key.specs)
         sequences, final_states, memory = _forward_loop(
-            directions, mask if key.has_mask else None, key.return_sequences, keep_for_bptt, read_in_step, xla_reads
+            directions, mask if key.has_mask else None, key.return_sequences, keep_for_bptt, read_in_step, xla_reads,
+            lowered,
         )
         flat_out = _flatten_outputs(sequences, final_states, key.return_sequences)
         return flat_out, [t for kept in memory for t in kept]
@@ -74,13 +105,13 @@ def _forward_fn(key: LoopKey, xla_reads: bool, keep_for_bptt: bool, read_in_step
     return forward
 
 
-def _backward_loop_fn(key: LoopKey, xla_reads: bool) -> Callable:
+def _backward_loop_fn(key: LoopKey, xla_reads: bool, lowered: bool) -> Callable:
     # Named `backward_loop`: the traced function's name says it is BPTT.
     def backward_loop(flat, mask, memory, d_flat_out):
         directions = _unflatten(list(flat), key.specs)
         mask = mask if key.has_mask else None
         memory = _group_memory(directions, memory)
-        return _backward_loop(directions, mask, key.return_sequences, memory, d_flat_out, xla_reads)
+        return _backward_loop(directions, mask, key.return_sequences, memory, d_flat_out, xla_reads, lowered)
 
     return backward_loop
 
@@ -145,28 +176,34 @@ def _max_inline_batch(specs: Sequence[DirectionSpec]) -> int:
     """The largest batch for which the inline-read loop is used (0: never):
     only one direction per loop (the bidirectional layer's concurrent parts,
     or `kb.Recurrent`); a fused loop has too many kernels per step."""
-    if len(specs) != 1:
-        return 0
-    kernel_shape, recurrent_shape = specs[0].shapes
-    per_row = (kernel_shape[0] + recurrent_shape[0]) * recurrent_shape[1]
-    return _INLINE_STEP_LIMIT // per_row
+    return _INLINE_STEP_LIMIT // _step_size(specs) if len(specs) == 1 else 0
+
+
+def _step_size(specs: Sequence[DirectionSpec]) -> int:
+    """Multiply-adds per row of one step's matmuls, over the loop's directions."""
+    size = 0
+    for spec in specs:
+        kernel_shape, recurrent_shape = spec.shapes
+        size += (kernel_shape[0] + recurrent_shape[0]) * recurrent_shape[1]
+    return max(size, 1)
 
 
 def _by_batch_size(max_batch: int, small: Callable, large: Callable) -> Callable:
-    """A forward function calling `small` up to `max_batch` rows, else
-    `large`: decided when traced if the batch size is known then, by a
+    """A loop function calling `small` up to `max_batch` rows, else
+    `large` (the batch is that of the first direction's inputs, first in
+    `flat`): decided when traced if the batch size is known then, by a
     `tf.cond` otherwise (in a graph only the branch taken is ever compiled
     by XLA; inside an XLA-compiled caller both are, as part of it)."""
 
-    def forward(flat, mask):
-        batch = flat[0].shape[0]  # a direction's inputs come first
+    def chosen(flat, *rest):
+        if max_batch <= 0:
+            return large(flat, *rest)
+        batch = flat[0].shape[0]
         if batch is not None:
-            return (small if batch <= max_batch else large)(flat, mask)
-        return tf.cond(
-            tf.shape(flat[0])[0] <= max_batch, lambda: small(flat, mask), lambda: large(flat, mask)
-        )
+            return (small if batch <= max_batch else large)(flat, *rest)
+        return tf.cond(tf.shape(flat[0])[0] <= max_batch, lambda: small(flat, *rest), lambda: large(flat, *rest))
 
-    return forward
+    return chosen
 
 
 def _split_loop_functions(key: LoopKey, xla) -> LoopFunctions:

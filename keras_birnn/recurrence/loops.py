@@ -45,12 +45,13 @@ def _plain_loop(key: LoopKey, flat: Sequence[tf.Tensor], mask: tf.Tensor) -> lis
     return _flatten_outputs(sequences, final_states, key.return_sequences)
 
 
-def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False, xla_reads=False):
+def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False, xla_reads=False, lowered=None):
     """The loop itself. With `keep_for_bptt`, also returns per direction the
     time-major stacks of what the step maths saved and of the incoming states
     (what the backward step needs; the projected inputs are not kept).
     Slices are read in the step with `read_in_step` (the small-step
-    inference loop) and, inside XLA, when keeping for BPTT (`_time_loop`)."""
+    inference loop) and, inside XLA, when keeping for BPTT (`_time_loop`,
+    which also takes `lowered`)."""
     inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = None if mask is None else tf.expand_dims(tf.transpose(mask), -1)
@@ -62,7 +63,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
-    final_states, outputs, kept = _time_loop(span, steps, read, body, initial)
+    final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered)
     sequences = [None] * len(directions)
     if outputs:
         sequences = [tf.transpose(_in_time_order(o.stack(), d, span, steps), [1, 0, 2]) for o, d in zip(outputs, directions)]
@@ -126,7 +127,7 @@ def _memory_arrays(d: Direction, steps) -> List[tf.TensorArray]:
     return [saved] + [_array(s, steps) for s in d.initial_states]
 
 
-def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False):
+def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False, lowered=None):
     """Each direction walks back over its own time order; returns per
     direction the time-major stack of the cell's per-step records (from
     which the bulk gradients are summed) and the initial states' gradients."""
@@ -143,7 +144,8 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     read = _backward_reads(directions, memory, d_seq_tm, mask_tm, span, in_xla)
     body = _backward_body(directions, memory, d_seq_tm, mask_tm is not None, span, transposed_kernels)
     records = [_record_array(d, steps) for d in directions]
-    d_states, records = _time_loop(span, steps, read, body, ([final for _, final in output_grads], records))
+    initial = ([final for _, final in output_grads], records)
+    d_states, records = _time_loop(span, steps, read, body, initial, lowered)
     return [a.stack() for a in records], d_states
 
 

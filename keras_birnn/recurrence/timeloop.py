@@ -12,6 +12,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
+from keras_birnn._tf_internal import set_while_lowering
 from keras_birnn.recurrence.layout import Direction, _with_static_shape
 
 
@@ -107,7 +108,7 @@ def _array(like: tf.Tensor, steps) -> tf.TensorArray:
 Reads = List[Tuple[tf.Tensor, bool]]
 
 
-def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable, state):
+def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable, state, lowered: Optional[bool] = None):
     """`tf.while_loop` over `i` in `[0, span.count)`; `body(i, current, state)`
     gets `current`, the step's slices. `read(i)` returns them as
     `(slice, in_step)` pairs: each is sliced inside the step or read one
@@ -129,6 +130,10 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
     `maximum_iterations` is the sequence's length `steps`, never the
     span's count: XLA needs it as a constant, and one computed from the
     mask would make XLA compile the loop again for every new mask.
+
+    `lowered` (True or False) says how TensorFlow's executor runs the loop
+    outside XLA (`compiled._FUNCTIONAL_STEP_LIMIT` chooses); None leaves
+    TensorFlow's own choice.
     """
     first = read(0)
     flags = [now for _, now in first]
@@ -150,5 +155,7 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
         carried = ahead(read(tf.minimum(i + 1, span.count - 1))) if not all(flags) else []
         return i + 1, carried, state
 
-    _, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), ahead(first), state), maximum_iterations=steps)
+    last, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), ahead(first), state), maximum_iterations=steps)
+    if lowered is not None and not tf.executing_eagerly():
+        set_while_lowering(last.op, lowered)
     return state

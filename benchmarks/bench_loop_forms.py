@@ -1,0 +1,90 @@
+"""Plain TensorFlow loops: functional `While` or lowered, by step size.
+
+Outside XLA, TensorFlow runs a `tf.while_loop` either lowered to dataflow
+frames (the executor schedules every op of every iteration) or as a
+functional `While` op (the step called as one function per iteration).
+`keras_birnn.recurrence.compiled._FUNCTIONAL_STEP_LIMIT` picks the
+functional form up to that many multiply-adds per step (rows x (features +
+units) x gate width, per direction). This script times one call of a
+`kb.Bidirectional(cell(units), return_sequences=True)` under
+`kb.xla_disabled()`, traced with unknown batch and time sizes as
+`model.fit` and `predict` trace it, with each form forced (the limit set
+to 0 or to infinity), and with the default limit; the three alternate
+call by call in one process.
+
+    python benchmarks/bench_loop_forms.py                 # training steps (forward and BPTT)
+    python benchmarks/bench_loop_forms.py --inference     # inference calls
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import keras_birnn as kb  # noqa: E402
+from bench_compile_cost import training_step  # noqa: E402
+from keras_birnn.recurrence import compiled, dispatch  # noqa: E402
+
+FORMS = {"lowered": 0, "functional": 10**15, "default": compiled._FUNCTIONAL_STEP_LIMIT}
+SIZES = [(32, 32), (64, 64), (96, 128), (128, 196), (256, 256)]  # (units, features)
+GATES = {"gru": 3, "lstm": 4}
+
+
+def _traced(cell: str, units: int, features: int, inference: bool, limit: int, x, mask):
+    """The step traced with every loop form built afresh under `limit`."""
+    compiled._loop_functions.cache_clear()
+    dispatch._counted_runner.cache_clear()
+    compiled._FUNCTIONAL_STEP_LIMIT = limit
+    with kb.xla_disabled():
+        step = training_step(cell, units, features, inference)
+        step.get_concrete_function()
+        step(x, mask)
+    return step
+
+
+def measure(cell: str, units: int, features: int, batch: int, args) -> dict:
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(batch, args.length, features)), tf.float32)
+    mask = tf.sequence_mask(rng.integers(args.length // 2, args.length + 1, batch), args.length)
+    steps = {name: _traced(cell, units, features, args.inference, limit, x, mask) for name, limit in FORMS.items()}
+    compiled._FUNCTIONAL_STEP_LIMIT = FORMS["default"]
+    times = {name: [] for name in steps}
+    for _ in range(args.calls):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step(x, mask)
+            times[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", nargs="+", default=["lstm", "gru"], choices=sorted(GATES))
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 128, 512])
+    parser.add_argument("--length", type=int, default=24)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--inference", action="store_true", help="time inference calls (training=False)")
+    args = parser.parse_args(argv)
+    what = "inference call" if args.inference else "training step"
+    print(f"{what} of Bidirectional(cell(units)) under kb.xla_disabled(), length {args.length} (half to all "
+          f"valid), default limit {FORMS['default']:,} multiply-adds; {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.1f}")
+    for cell in args.cells:
+        for units, features in SIZES:
+            for batch in args.batches:
+                m = measure(cell, units, features, batch, args)
+                madds = batch * (features + units) * GATES[cell] * units
+                chosen = "functional" if madds <= FORMS["default"] else "lowered"
+                print(f"{cell:4s} units {units:3d} features {features:3d} batch {batch:3d} | {madds / 1e6:6.2f} M "
+                      f"multiply-adds | lowered {m['lowered']:7.2f} ms, functional {m['functional']:7.2f} ms "
+                      f"(x{m['lowered'] / m['functional']:.2f}) | default ({chosen}) {m['default']:7.2f} ms",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
