@@ -10,7 +10,7 @@ units) x gate width, per direction). This script times one call of a
 `kb.xla_disabled()`, traced with unknown batch and time sizes as
 `model.fit` and `predict` trace it, with each form forced (the limit set
 to 0 or to infinity), and with the default limit; the three alternate
-call by call in one process.
+call by call in one process, in a new random order each round.
 
     python benchmarks/bench_loop_forms.py                 # training steps (forward and BPTT)
     python benchmarks/bench_loop_forms.py --inference     # inference calls
@@ -55,9 +55,11 @@ def measure(cell: str, units: int, features: int, batch: int, args) -> dict:
     compiled._FUNCTIONAL_STEP_LIMIT = FORMS["default"]
     times = {name: [] for name in steps}
     for _ in range(args.calls):
-        for name, step in steps.items():
+        # Shuffled: a call measured right after another ran up to 30%
+        # faster or slower by its place alone.
+        for name in rng.permutation(list(steps)):
             start = time.perf_counter()
-            step(x, mask)
+            steps[name](x, mask)
             times[name].append(time.perf_counter() - start)
     return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
@@ -67,7 +69,8 @@ def main(argv=None):
     parser.add_argument("--cells", nargs="+", default=["lstm", "gru"], choices=sorted(GATES))
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 128, 512])
     parser.add_argument("--length", type=int, default=24)
-    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--units", nargs="+", type=int, help="only these sizes (units) of the default list")
     parser.add_argument("--inference", action="store_true", help="time inference calls (training=False)")
     args = parser.parse_args(argv)
     what = "inference call" if args.inference else "training step"
@@ -75,7 +78,7 @@ def main(argv=None):
           f"valid), default limit {FORMS['default']:,} multiply-adds; {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}")
     for cell in args.cells:
-        for units, features in SIZES:
+        for units, features in [s for s in SIZES if not args.units or s[0] in args.units]:
             for batch in args.batches:
                 m = measure(cell, units, features, batch, args)
                 madds = batch * (features + units) * GATES[cell] * units

@@ -37,7 +37,7 @@ _INLINE_STEP_LIMIT = 5_000_000
 # Multiply-adds of one step's matmuls (all rows, all directions of the
 # loop) up to which a plain TensorFlow loop runs as a functional `While`
 # op rather than lowered (`_loop`; benchmarks/README.md has the crossover).
-_FUNCTIONAL_STEP_LIMIT = 1_500_000
+_FUNCTIONAL_STEP_LIMIT = 1_000_000
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,12 +55,20 @@ def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
         return _split_loop_functions(key, xla)
     # The shared forms read slices as XLA's do (`_time_loop`), in both.
     xla_reads = xla in (True, "shared", "shared-xla")
-    backward_loop = _loop(key, xla, "backward", lambda lowered: _backward_loop_fn(key, xla_reads, lowered))
+    # A functional loop reads every slice in the step (`_loop`).
+    backward_loop = _loop(
+        key, xla, "backward", lambda functional: _backward_loop_fn(key, xla_reads or functional, not functional)
+    )
     backward = _backward_fn(key, backward_loop)
-    keeping = _loop(key, xla, "keeping", lambda lowered: _forward_fn(key, xla_reads, True, lowered=lowered))
+    keeping = _loop(
+        key, xla, "keeping", lambda functional: _forward_fn(key, xla_reads or functional, True, lowered=not functional)
+    )
     if key.keep:
         return keeping, keeping, backward
-    forward = _loop(key, xla, "forward", lambda lowered: _forward_fn(key, xla_reads, False, lowered=lowered))
+    forward = _loop(
+        key, xla, "forward",
+        lambda functional: _forward_fn(key, xla_reads, False, read_in_step=functional, lowered=not functional),
+    )
     max_inline_batch = _max_inline_batch(key.specs) if xla in _XLA_FORMS else 0
     if max_inline_batch:
         small = _compiled(key, xla, "small", _forward_fn(key, xla_reads, False, read_in_step=True))
@@ -73,20 +81,22 @@ _XLA_FORMS = (True, "shared-xla")
 
 
 def _loop(key: LoopKey, xla, role: str, make: Callable[[bool], Callable]) -> Callable:
-    """One loop role in the form `xla` asks; `make(lowered)` builds it.
+    """One loop role in the form `xla` asks; `make(functional)` builds it.
 
     Outside XLA, TensorFlow's executor runs a `tf.while_loop` either
     lowered to dataflow frames, where it schedules every op of every
-    iteration, or as a functional `While` op calling the step as one
-    function per iteration. Lowered costs small steps more in bookkeeping,
-    functional loses large steps the overlap of one iteration's input
-    reads and projections with the previous one's recurrence; so plain
+    iteration and overlaps one iteration's input reads and projections
+    with the previous one's recurrence, or as a functional `While` op
+    calling the step as one function per iteration, which costs less
+    bookkeeping per op and overlaps nothing (so it reads every slice in
+    the step: read ahead, the loop-carried copies would only cost). Plain
     loops run functional up to `_FUNCTIONAL_STEP_LIMIT` multiply-adds per
-    step, lowered beyond (`_by_batch_size`). XLA compiles either alike."""
-    lowered = _compiled(key, xla, role, make(True))
+    step, lowered beyond (`_by_batch_size`). XLA compiles the lowered
+    form's loops (the flag means nothing to it)."""
+    lowered = _compiled(key, xla, role, make(False))
     if xla in _XLA_FORMS:
         return lowered
-    functional = _compiled(key, xla, role + "/functional", make(False))
+    functional = _compiled(key, xla, role + "/functional", make(True))
     return _by_batch_size(_FUNCTIONAL_STEP_LIMIT // _step_size(key.specs), small=functional, large=lowered)
 
 
