@@ -27,12 +27,9 @@ the same hand-written BPTT (the NumPy oracle tests run on both).
 Inference calls in a graph traced for any sequence length (`predict` or
 `evaluate` on batches of varying length, a serving function) are not
 counted by default: they run plain loops (the "inference" path of
-`loop_report()`), as fast as Keras's at every size measured. The counted
-path's plain form (the loops it shares with the compiled form, chosen per
-call by a `tf.cond`) ran such calls of a 128-unit BiGRU up to twice as
-slowly, and compiled inference pays for its compilation only after
-hundreds of calls at one shape, which bucketed lengths rarely reach
-(`counts_inference`). Inference traced for one length (a fixed-shape
+`loop_report()`), without time buckets: compiled inference pays for its
+compilation only after hundreds of calls at one shape, which bucketed
+lengths rarely reach (`counts_inference`). Inference traced for one length (a fixed-shape
 function, `predict` on batches padded to one length) and, under an
 explicit `compile_after`, every inference call are counted like training
 calls.
@@ -129,11 +126,10 @@ def counts_inference(static_length: bool) -> bool:
     """Whether an inference call in a graph is counted (and compiled once
     its shape recurs): under an explicit `compile_after`, or when the graph
     was traced for one sequence length (`static_length`). An inference
-    graph traced for any length runs plain loops, uncounted: the counted
-    path's plain form measured up to twice as slow at inference (a 128-unit
-    BiGRU, batch 1; benchmarks/README.md, "The counted path at inference"),
-    and compiled inference loops pay for their compilation only after
-    hundreds of calls at one shape, which lengths spread over time buckets
+    graph traced for any length runs plain loops, uncounted and without
+    time buckets: compiled inference loops pay for their compilation only
+    after hundreds of calls at one shape (benchmarks/README.md, "The
+    counted path at inference"), which lengths spread over time buckets
     rarely reach."""
     return _Settings.compile_after != "auto" or static_length
 
