@@ -19,6 +19,9 @@ Peers:
 - keras_birnn: the default: loops on time buckets (`keras_birnn.bucketing`), plain
   until a shape has run enough steps, then XLA-compiled (`keras_birnn.compile_policy`).
 - keras_birnn_plain: the loops as plain TensorFlow (`recurrence.xla_disabled()`).
+- keras_birnn_never / keras_birnn_all: the default's counted path with no
+  shape ever compiled / every shape compiled when first met
+  (`kb.compilation(compile_after=...)`): what compiling saves in this model.
 - keras_birnn_per_length: XLA without buckets, one compilation per length
   (what the default did before buckets; switched by a private hook).
 
@@ -74,7 +77,11 @@ model.compile("adam", "sparse_categorical_crossentropy")
 if peer == "keras_birnn_per_length":
     # Set where `run` reads it (`recurrence.dispatch`), not on the package.
     recurrence.dispatch._compiles_per_length = lambda directions: False
-tracing = recurrence.xla_disabled() if peer == "keras_birnn_plain" else contextlib.nullcontext()
+tracing = {
+    "keras_birnn_plain": recurrence.xla_disabled,
+    "keras_birnn_never": lambda: kb.compilation(compile_after=10**9),
+    "keras_birnn_all": lambda: kb.compilation(compile_after=1),
+}.get(peer, contextlib.nullcontext)()
 times, compiled = [], []
 with tracing:
     for _ in range(epochs):
@@ -87,7 +94,7 @@ print(json.dumps({"times": times, "loss": loss, "batches": -(-sentences // batch
                   "compiled": compiled}))
 """
 
-PEERS = ["keras", "keras_birnn", "keras_birnn_plain", "keras_birnn_per_length"]
+PEERS = ["keras", "keras_birnn", "keras_birnn_plain", "keras_birnn_per_length", "keras_birnn_never", "keras_birnn_all"]
 
 
 def measure(peer, cell, args):
@@ -109,7 +116,7 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--units", type=int, default=64)
-    parser.add_argument("--peers", nargs="+", default=PEERS, choices=PEERS)
+    parser.add_argument("--peers", nargs="+", default=PEERS[:4], choices=PEERS)
     parser.add_argument("--pad-to", type=int, default=0,
                         help="pad every batch to this length (a static time size) instead of its longest row")
     args = parser.parse_args(argv)
