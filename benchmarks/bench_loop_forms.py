@@ -5,7 +5,8 @@ frames (the executor schedules every op of every iteration) or as a
 functional `While` op (the step called as one function per iteration).
 `keras_birnn.recurrence.compiled._FUNCTIONAL_STEP_LIMIT` picks the
 functional form up to that many multiply-adds per step (rows x (features +
-units) x gate width, per direction). This script times one call of a
+units) x gate width, per loop: one direction per loop in graphs), and up to
+`_FUNCTIONAL_ROW_LIMIT` per row. This script times one call of a
 `kb.Bidirectional(cell(units), return_sequences=True)` under
 `kb.xla_disabled()`, traced with unknown batch and time sizes as
 `model.fit` and `predict` trace it, with each form forced (the limit set
@@ -30,16 +31,18 @@ import keras_birnn as kb  # noqa: E402
 from bench_compile_cost import training_step  # noqa: E402
 from keras_birnn.recurrence import compiled, dispatch  # noqa: E402
 
-FORMS = {"lowered": 0, "functional": 10**15, "default": compiled._FUNCTIONAL_STEP_LIMIT}
+FORMS = {"lowered": (0, 0), "functional": (10**15, 10**15),
+         "default": (compiled._FUNCTIONAL_STEP_LIMIT, compiled._FUNCTIONAL_ROW_LIMIT)}
 SIZES = [(32, 32), (64, 64), (96, 128), (128, 196), (256, 256)]  # (units, features)
 GATES = {"gru": 3, "lstm": 4}
 
 
-def _traced(cell: str, units: int, features: int, inference: bool, limit: int, x, mask):
-    """The step traced with every loop form built afresh under `limit`."""
+def _traced(cell: str, units: int, features: int, inference: bool, limits: tuple, x, mask):
+    """The step traced with every loop form built afresh under `limits`
+    (per step, per row)."""
     compiled._loop_functions.cache_clear()
     dispatch._counted_runner.cache_clear()
-    compiled._FUNCTIONAL_STEP_LIMIT = limit
+    compiled._FUNCTIONAL_STEP_LIMIT, compiled._FUNCTIONAL_ROW_LIMIT = limits
     with kb.xla_disabled():
         step = training_step(cell, units, features, inference)
         step.get_concrete_function()
@@ -52,7 +55,7 @@ def measure(cell: str, units: int, features: int, batch: int, args) -> dict:
     x = tf.constant(rng.normal(size=(batch, args.length, features)), tf.float32)
     mask = tf.sequence_mask(rng.integers(args.length // 2, args.length + 1, batch), args.length)
     steps = {name: _traced(cell, units, features, args.inference, limit, x, mask) for name, limit in FORMS.items()}
-    compiled._FUNCTIONAL_STEP_LIMIT = FORMS["default"]
+    compiled._FUNCTIONAL_STEP_LIMIT, compiled._FUNCTIONAL_ROW_LIMIT = FORMS["default"]
     times = {name: [] for name in steps}
     for _ in range(args.calls):
         # Shuffled: a call measured right after another ran up to 30%
@@ -75,14 +78,17 @@ def main(argv=None):
     args = parser.parse_args(argv)
     what = "inference call" if args.inference else "training step"
     print(f"{what} of Bidirectional(cell(units)) under kb.xla_disabled(), length {args.length} (half to all "
-          f"valid), default limit {FORMS['default']:,} multiply-adds; {os.cpu_count()} CPUs, "
+          f"valid), default limits {FORMS['default'][0]:,} multiply-adds per step, {FORMS['default'][1]:,} per row; "
+          f"{os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}")
     for cell in args.cells:
         for units, features in [s for s in SIZES if not args.units or s[0] in args.units]:
             for batch in args.batches:
                 m = measure(cell, units, features, batch, args)
-                madds = batch * (features + units) * GATES[cell] * units
-                chosen = "functional" if madds <= FORMS["default"] else "lowered"
+                per_row = (features + units) * GATES[cell] * units
+                madds = batch * per_row
+                step_limit, row_limit = FORMS["default"]
+                chosen = "functional" if madds <= step_limit and per_row <= row_limit else "lowered"
                 print(f"{cell:4s} units {units:3d} features {features:3d} batch {batch:3d} | {madds / 1e6:6.2f} M "
                       f"multiply-adds | lowered {m['lowered']:7.2f} ms, functional {m['functional']:7.2f} ms "
                       f"(x{m['lowered'] / m['functional']:.2f}) | default ({chosen}) {m['default']:7.2f} ms",

@@ -39,13 +39,18 @@ def may_differentiate_twice(tensors: Sequence[tf.Tensor]) -> bool:
     return kind == gradients_util.POSSIBLE_GRADIENT_TYPES_HIGHER_ORDER
 
 
-def set_while_lowering(while_op: tf.Operation, lowered: bool) -> None:
-    """Whether TensorFlow's executor runs a `tf.while_loop` built in a
-    graph as dataflow frames (`lowered`) or as a functional `While` op that
-    calls its body once per iteration. `tf.while_loop` decides by itself
-    (lowered, except inside XLA, where the flag is ignored) and has no
-    argument for it; its own helper sets the op's attribute."""
-    control_flow_util_v2.maybe_set_lowering_attr(while_op, lower_using_switch_merge=lowered)
+def set_while_lowering(loop_output: tf.Tensor, lowered: bool) -> None:
+    """Whether TensorFlow's executor runs the `tf.while_loop` that produced
+    `loop_output` (in a graph) lowered to dataflow frames or as a
+    functional `While` op (docs/design.md, "Loops"). `tf.while_loop`
+    decides by itself and has no argument for it; its own helper sets the
+    op's attribute."""
+    op = loop_output.op
+    if op.type == "Identity":  # graphs outside functions wrap the outputs
+        op = op.inputs[0].op
+    if op.type not in ("While", "StatelessWhile"):
+        raise TypeError(f"Expected the output of a while loop, received one of a {op.type!r} op.")
+    control_flow_util_v2.maybe_set_lowering_attr(op, lower_using_switch_merge=lowered)
 
 
 def carries_tangents(tensors: Sequence[tf.Tensor]) -> bool:

@@ -302,18 +302,21 @@ def test_graph_loop_layouts(compiled_loops, fused):
 
 @pytest.fixture
 def loop_switch():
-    """`switch(xla=..., inline_step_limit=..., functional_step_limit=...)`
-    sets how `recurrence` builds loops for one test; loops built under other
+    """`switch(xla=..., inline_step_limit=..., functional_step_limit=...,
+    functional_row_limit=...)` sets how `recurrence` builds loops for one test; loops built under other
     settings are dropped from the caches before and after."""
     rec = kb.recurrence
     # The limits are set where they are read (`recurrence.compiled`).
     saved = {"xla": rec._XLA.enabled, "inline_step_limit": rec.compiled._INLINE_STEP_LIMIT,
-             "functional_step_limit": rec.compiled._FUNCTIONAL_STEP_LIMIT}
+             "functional_step_limit": rec.compiled._FUNCTIONAL_STEP_LIMIT,
+             "functional_row_limit": rec.compiled._FUNCTIONAL_ROW_LIMIT}
 
     def switch(xla=saved["xla"], inline_step_limit=saved["inline_step_limit"],
-               functional_step_limit=saved["functional_step_limit"]):
+               functional_step_limit=saved["functional_step_limit"],
+               functional_row_limit=saved["functional_row_limit"]):
         rec._XLA.enabled, rec.compiled._INLINE_STEP_LIMIT = xla, inline_step_limit
         rec.compiled._FUNCTIONAL_STEP_LIMIT = functional_step_limit
+        rec.compiled._FUNCTIONAL_ROW_LIMIT = functional_row_limit
         rec._loop_functions.cache_clear()
         rec._compiled_runner.cache_clear()
         rec.dispatch._counted_runner.cache_clear()
@@ -443,10 +446,10 @@ def _while_lowering(fn, *args) -> list:
     return flags
 
 
-@pytest.mark.slow(reason="traces and runs both plain loop forms, ~10 s")
+@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
 @pytest.mark.parametrize("how", ["xla_disabled", "counted_plain_form", "uncounted_inference"])
 @pytest.mark.parametrize("limit", [0, 10**12], ids=["lowered", "functional"])
-def test_plain_loop_forms(loop_switch, how, limit):
+def test_plain_loop_forms(loop_switch, how, limit, fused):
     """Plain TensorFlow loops run as functional `While` ops for small steps
     and lowered for large ones (`compiled._loop`): both forms give the
     oracle's outputs and BPTT gradients with a mask and unknown batch and
@@ -458,7 +461,8 @@ def test_plain_loop_forms(loop_switch, how, limit):
     loop_switch(xla=how != "xla_disabled", functional_step_limit=limit)
     case = make_case("gru_reset_after", "concat", seed=15, return_sequences=True)
     never = kb.compilation(compile_after=10**9)
-    with never if how == "counted_plain_form" else contextlib.nullcontext():
+    layout = kb.recurrence.fused_directions() if fused else contextlib.nullcontext()
+    with layout, never if how == "counted_plain_form" else contextlib.nullcontext():
         infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=UNKNOWN_SIZES)
         expected = {True} if limit == 0 else {True, False}
         flags = _while_lowering(infer, *UNKNOWN_SIZES)
@@ -477,13 +481,14 @@ def test_plain_loop_forms(loop_switch, how, limit):
             return tape.gradient(total, case.layer.trainable_variables)
 
         flags = _while_lowering(gradients, *UNKNOWN_SIZES)
-        assert set(flags) == expected and len(flags) >= 4, flags
+        # At least a forward and a BPTT loop per loop layout's loop.
+        assert set(flags) == expected and len(flags) >= (2 if fused else 4), flags
 
 
 def test_plain_loop_form_chosen_by_step_size(loop_switch):
     """With an unknown batch, both plain forms are traced and a tf.cond
     picks one by the step's multiply-adds; with a known batch only the form
-    for that batch is."""
+    for that batch is; past the limit per row, only the lowered form."""
     layer = kb.Bidirectional(kb.GRUCell(U), return_sequences=True)
     layer.build((None, None, 3))
     per_row = (3 + U) * 3 * U  # one direction per loop
@@ -492,19 +497,26 @@ def test_plain_loop_form_chosen_by_step_size(loop_switch):
         spec = tf.TensorSpec([batch, None, 3])
         infer = tf.function(lambda x: layer(x), input_signature=[spec])
         assert sorted(_while_lowering(infer, spec)) == sorted(list(flags) * 2), batch  # two directions
+    # Steps too large per row run lowered at any batch: no functional form is traced.
+    loop_switch(xla=False, functional_step_limit=4 * per_row, functional_row_limit=per_row - 1)
+    spec = tf.TensorSpec([None, None, 3])
+    infer = tf.function(lambda x: layer(x), input_signature=[spec])
+    assert _while_lowering(infer, spec) == [True, True]
 
 
 def test_inline_read_chosen_by_batch_size():
     """`_by_batch_size` calls the small-step loop up to `max_batch` rows:
-    statically when the batch size is known, by a tf.cond otherwise."""
+    statically when the batch size is known, by a tf.cond otherwise; with
+    `max_batch` 0, the large one always."""
     small = lambda flat, mask: ([flat[0][:, 0, 0] * 0 + 1.0], [])  # noqa: E731
     large = lambda flat, mask: ([flat[0][:, 0, 0] * 0 + 2.0], [])  # noqa: E731
-    forward = kb.recurrence._by_batch_size(3, small=small, large=large)
-    for rows, expected in ((3, 1.0), (4, 2.0)):
-        x = tf.zeros([rows, 2, 1])
-        assert float(forward([x], None)[0][0][0]) == expected
-        traced = tf.function(lambda x: forward([x], None)[0][0], input_signature=[tf.TensorSpec([None, None, 1])])
-        assert float(traced(x)[0]) == expected
+    for max_batch, cases in ((3, ((3, 1.0), (4, 2.0))), (0, ((1, 2.0), (4, 2.0)))):
+        forward = kb.recurrence._by_batch_size(max_batch, small=small, large=large)
+        for rows, expected in cases:
+            x = tf.zeros([rows, 2, 1])
+            assert float(forward([x], None)[0][0][0]) == expected
+            traced = tf.function(lambda x: forward([x], None)[0][0], input_signature=[tf.TensorSpec([None, None, 1])])
+            assert float(traced(x)[0]) == expected
 
 
 # --- structure -----------------------------------------------------------------

@@ -36,8 +36,14 @@ _INLINE_STEP_LIMIT = 5_000_000
 
 # Multiply-adds of one step's matmuls (all rows, all directions of the
 # loop) up to which a plain TensorFlow loop runs as a functional `While`
-# op rather than lowered (`_loop`; benchmarks/README.md has the crossover).
+# op rather than lowered (`_loop`), and per row of the batch: functional
+# won only for layers of up to 64 units and lost some small batches of
+# larger ones (benchmarks/README.md, "Plain loops: functional or lowered").
 _FUNCTIONAL_STEP_LIMIT = 1_000_000
+_FUNCTIONAL_ROW_LIMIT = 50_000
+
+# The forms of `_compiled` that XLA compiles.
+_XLA_FORMS = (True, "shared-xla")
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,28 +82,22 @@ def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
     return forward, keeping, backward
 
 
-# The forms of `_compiled` that XLA compiles.
-_XLA_FORMS = (True, "shared-xla")
-
-
 def _loop(key: LoopKey, xla, role: str, make: Callable[[bool], Callable]) -> Callable:
     """One loop role in the form `xla` asks; `make(functional)` builds it.
 
-    Outside XLA, TensorFlow's executor runs a `tf.while_loop` either
-    lowered to dataflow frames, where it schedules every op of every
-    iteration and overlaps one iteration's input reads and projections
-    with the previous one's recurrence, or as a functional `While` op
-    calling the step as one function per iteration, which costs less
-    bookkeeping per op and overlaps nothing (so it reads every slice in
-    the step: read ahead, the loop-carried copies would only cost). Plain
-    loops run functional up to `_FUNCTIONAL_STEP_LIMIT` multiply-adds per
-    step, lowered beyond (`_by_batch_size`). XLA compiles the lowered
-    form's loops (the flag means nothing to it)."""
+    Plain loops run as functional `While` ops for small steps (up to
+    `_FUNCTIONAL_STEP_LIMIT` multiply-adds, and `_FUNCTIONAL_ROW_LIMIT`
+    per row) and lowered otherwise, chosen by batch size
+    (`_by_batch_size`); docs/design.md, "Loops", says why. A functional
+    loop overlaps nothing across iterations, so it reads its slices in
+    the step (all but what a cell asks to have materialised). XLA
+    compiles the lowered form's loops (the flag means nothing to it)."""
     lowered = _compiled(key, xla, role, make(False))
-    if xla in _XLA_FORMS:
+    per_row = _step_size(key.specs)
+    if xla in _XLA_FORMS or per_row > _FUNCTIONAL_ROW_LIMIT:
         return lowered
     functional = _compiled(key, xla, role + "/functional", make(True))
-    return _by_batch_size(_FUNCTIONAL_STEP_LIMIT // _step_size(key.specs), small=functional, large=lowered)
+    return _by_batch_size(_FUNCTIONAL_STEP_LIMIT // per_row, small=functional, large=lowered)
 
 
 def _forward_fn(
@@ -162,7 +162,8 @@ def _shared_leaf(key: tuple, fn: Callable) -> Callable:
     form calls directly and the XLA form calls inside its own compiled
     function: tracing a loop (not compiling it) is most of a new
     signature's graph-building time, and a graph holding both forms traced
-    each loop twice."""
+    each loop twice. (A small layer's plain form also has functional
+    loops, `_loop`, each one more leaf.)"""
     leaf = _SHARED_LEAVES.get(key)
     if leaf is None:
         leaf = _SHARED_LEAVES[key] = tf.function(fn, reduce_retracing=True, autograph=False)
@@ -190,7 +191,9 @@ def _max_inline_batch(specs: Sequence[DirectionSpec]) -> int:
 
 
 def _step_size(specs: Sequence[DirectionSpec]) -> int:
-    """Multiply-adds per row of one step's matmuls, over the loop's directions."""
+    """Multiply-adds per row of one step's matmuls, over the loop's directions
+    (at least 1: the limits are divided by it, and a layer of zero units
+    has no matmul)."""
     size = 0
     for spec in specs:
         kernel_shape, recurrent_shape = spec.shapes

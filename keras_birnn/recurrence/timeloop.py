@@ -131,8 +131,8 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
     span's count: XLA needs it as a constant, and one computed from the
     mask would make XLA compile the loop again for every new mask.
 
-    `lowered` (True or False) says how TensorFlow's executor runs the loop
-    outside XLA (`compiled._FUNCTIONAL_STEP_LIMIT` chooses); None leaves
+    `lowered` (True or False) sets the loop's form outside XLA (lowered or
+    a functional `While`; `compiled._loop` chooses); None leaves
     TensorFlow's own choice.
     """
     first = read(0)
@@ -157,5 +157,5 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
 
     last, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), ahead(first), state), maximum_iterations=steps)
     if lowered is not None and not tf.executing_eagerly():
-        set_while_lowering(last.op, lowered)
+        set_while_lowering(last, lowered)
     return state
