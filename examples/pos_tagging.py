@@ -272,7 +272,18 @@ def dataset(batches) -> tf.data.Dataset:
     """A fixed list of batches as a tf.data.Dataset (the same every pass)."""
     spec = batch_spec(batches[0]) if len(batches) else BATCH_SPEC
     data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
-    return data.apply(tf.data.experimental.assert_cardinality(len(batches)))
+    return without_autotuning(data.apply(tf.data.experimental.assert_cardinality(len(batches))))
+
+
+def without_autotuning(data: tf.data.Dataset) -> tf.data.Dataset:
+    """`data` with tf.data's autotuning off. A pipeline of ready batches
+    from Python has nothing to tune, and with autotuning on, TensorFlow
+    2.21 stalled `model.fit` for seconds at epoch ends (an iterator's
+    teardown waiting on its tuning thread), with Keras's layers as with
+    these (benchmarks/README.md, the char-aware tagger)."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return data.with_options(options)
 
 
 def training_data(encoded: "EncodedSet", batch_size: int, rng: Optional[np.random.Generator] = None):
@@ -282,7 +293,7 @@ def training_data(encoded: "EncodedSet", batch_size: int, rng: Optional[np.rando
     reshuffled per epoch; without, the same length-sorted batches each pass."""
     count = -(-len(encoded) // batch_size)
     data = tf.data.Dataset.from_generator(lambda: iter(encoded.batches(batch_size, rng)), output_signature=BATCH_SPEC)
-    return data.apply(tf.data.experimental.assert_cardinality(count))
+    return without_autotuning(data.apply(tf.data.experimental.assert_cardinality(count)))
 
 
 # --- the model -------------------------------------------------------------------------

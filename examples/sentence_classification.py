@@ -167,7 +167,12 @@ class Batches:
     def dataset(self) -> tf.data.Dataset:
         spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.float32))
         data = tf.data.Dataset.from_generator(self._pass, output_signature=spec)
-        return data.apply(tf.data.experimental.assert_cardinality(len(self)))
+        # Ready batches from Python leave tf.data nothing to tune; with
+        # autotuning on, an iterator's teardown (each epoch's end, each
+        # validation pass) sometimes stalled `fit` for seconds.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return data.apply(tf.data.experimental.assert_cardinality(len(self))).with_options(options)
 
 
 # --- the models ------------------------------------------------------------------------------

@@ -249,6 +249,7 @@ def test_sentence_batches_dataset_redraws_each_pass():
 
     def passes(batches, count):
         data = batches.dataset()
+        assert data.options().autotune.enabled is False  # see Batches.dataset
         return [[(x.numpy(), y.numpy()) for x, y in data] for _ in range(count)]
 
     def draws(count):  # what each epoch's batches should be
@@ -306,6 +307,40 @@ def test_merge_modes_ensemble_and_cells_train():
     hmm = result["ensemble"]["hmm"]["accuracy"]
     assert set(hmm) == {"forward GRU", "backward GRU", "BiGRU (joint)", "ensemble, averaged", "ensemble, product"}
     assert 0.5 < result["ensemble"]["hmm"]["optimum"] <= 1.0
+
+
+def test_pos_datasets_give_the_batches_without_autotuning():
+    """`dataset` and `training_data` feed `model.fit` exactly the batches
+    given (or drawn, the same seeded draws each pass), with tf.data's
+    autotuning off (`without_autotuning`)."""
+    pos = load_example("pos_tagging")
+    rng = np.random.default_rng(0)
+    batches = []
+    for n in (3, 2):
+        words = rng.integers(1, 9, size=(n, 4)).astype(np.int32)
+        chars = rng.integers(1, 9, size=(n, 4, 5)).astype(np.int32)
+        batches.append(((words, chars), rng.integers(0, 3, size=(n, 4)).astype(np.int32)))
+    data = pos.dataset(batches)
+    assert data.options().autotune.enabled is False and int(data.cardinality()) == 2
+    for ((w, c), y), ((ww, wc), wy) in zip(data, batches):
+        np.testing.assert_array_equal(w.numpy(), ww)
+        np.testing.assert_array_equal(c.numpy(), wc)
+        np.testing.assert_array_equal(y.numpy(), wy)
+
+    class Encoded:  # what training_data reads of an EncodedSet
+        def __len__(self):
+            return 5
+
+        def batches(self, size, draw):
+            return [batches[int(k)] for k in draw.integers(0, 2, size=2)]
+
+    training = pos.training_data(Encoded(), 3, np.random.default_rng(4))
+    assert training.options().autotune.enabled is False and int(training.cardinality()) == 2
+    want = np.random.default_rng(4)
+    for _ in range(2):  # each pass the next draw
+        expected = Encoded().batches(3, want)
+        for ((w, _), _), ((ww, _), _) in zip(training, expected):
+            np.testing.assert_array_equal(w.numpy(), ww)
 
 
 def test_hmm_posterior_equals_brute_force_enumeration():
