@@ -28,6 +28,12 @@ The reshape back returns the word mask: Keras's Concatenate ORs its
 inputs' masks, so an input without one (the char states) would make every
 position valid and the BiLSTM and the loss would read the padding.
 
+`--tf-data-autotune off` turns tf.data's autotuning off in both peers'
+pipelines. With it on (the default, as in a user's pipeline), TensorFlow
+2.21 stalls `fit` for seconds when an epoch's iterator is torn down
+(waiting on the tuning thread), in either peer, at the end of an epoch or
+of `fit` (benchmarks/README.md has both tables).
+
 Peers, each in a fresh process (XLA's compiled programs and TensorFlow's
 traces are per process), alternating round by round:
 - keras: Keras's layers (Keras's own choice of compilation: none on CPU).
@@ -60,7 +66,7 @@ import keras_birnn as kb
 from keras_birnn.datasets import read_conllu
 from keras_birnn import xla_disabled
 
-peer, train_path, dev_path, sentences, dev_sentences, epochs, batch = sys.argv[1:8]
+peer, train_path, dev_path, sentences, dev_sentences, epochs, batch, autotune = sys.argv[1:9]
 sentences, dev_sentences, epochs, batch = int(sentences), int(dev_sentences), int(epochs), int(batch)
 MAX_CHARS = 16
 load_start = os.getloadavg()[0]
@@ -92,7 +98,12 @@ def pipeline(encoded, shuffle):
     data = tf.data.Dataset.from_generator(lambda: iter(encoded), output_signature=spec).cache()
     if shuffle:
         data = data.shuffle(len(encoded), seed=0, reshuffle_each_iteration=True)
-    return data.padded_batch(batch).prefetch(2)
+    data = data.padded_batch(batch).prefetch(2)
+    if autotune == "off":
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        data = data.with_options(options)
+    return data
 
 train_data = pipeline(encode(train), shuffle=True)
 dev_batches = list(pipeline(encode(dev), shuffle=False))  # also fills the dev cache
@@ -181,7 +192,7 @@ PEERS = ["keras", "kb", "kb_plain"]
 
 def measure(peer, args):
     command = [sys.executable, "-c", CHILD, peer, args.train, args.dev, str(args.sentences),
-               str(args.dev_sentences), str(args.epochs), str(args.batch)]
+               str(args.dev_sentences), str(args.epochs), str(args.batch), args.tf_data_autotune]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
                PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, env=env)
@@ -212,11 +223,14 @@ def main(argv=None):
     parser.add_argument("--peers", nargs="+", default=PEERS, choices=PEERS)
     parser.add_argument("--rounds", type=int, default=1, help="rounds; the peers alternate within each round")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per child process")
+    parser.add_argument("--tf-data-autotune", choices=("on", "off"), default="on",
+                        help="tf.data's autotuning in both peers' pipelines (default on, as a user's pipeline has "
+                        "it); off removes TensorFlow's stall at iterator teardown from the times")
     args = parser.parse_args(argv)
     if min(args.sentences, args.dev_sentences, args.epochs, args.batch, args.rounds) < 1:
         parser.error("--sentences, --dev-sentences, --epochs, --batch and --rounds must be at least 1")
     print(f"Char-aware tagger, model.fit: first {args.sentences} sentences of {os.path.basename(args.train)}, "
-          f"batch {args.batch}, {args.epochs} epochs; dev: first {args.dev_sentences} of "
+          f"batch {args.batch}, {args.epochs} epochs, tf.data autotuning {args.tf_data_autotune}; dev: first {args.dev_sentences} of "
           f"{os.path.basename(args.dev)}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     results = {peer: [] for peer in args.peers}
     for round_ in range(args.rounds):

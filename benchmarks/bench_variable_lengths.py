@@ -41,7 +41,7 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np, tensorflow as tf, keras
 import keras_birnn as kb
 from keras_birnn import recurrence
-peer, cell, path, sentences, epochs, batch, units, pad_to = sys.argv[1:9]
+peer, cell, path, sentences, epochs, batch, units, pad_to, autotune = sys.argv[1:10]
 sentences, epochs, batch, units, pad_to = int(sentences), int(epochs), int(batch), int(units), int(pad_to)
 lengths, n = [], 0
 for line in open(path, encoding="utf-8"):
@@ -63,6 +63,10 @@ if pad_to:  # every batch padded to one length (longer sentences cut): a static 
     data = data.map(lambda w, t: (w[:pad_to], t[:pad_to]))
 shapes = ([pad_to], [pad_to]) if pad_to else None
 data = data.shuffle(sentences, seed=0).padded_batch(batch, padded_shapes=shapes).cache().prefetch(2)
+if autotune == "off":
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    data = data.with_options(options)
 padded_lengths = {int(words.shape[1]) for words, _ in data}  # also fills the cache before the clock runs
 keras.utils.set_random_seed(0)
 inputs = keras.Input((None,), dtype="int32")
@@ -99,7 +103,7 @@ PEERS = ["keras", "keras_birnn", "keras_birnn_plain", "keras_birnn_per_length", 
 
 def measure(peer, cell, args):
     command = [sys.executable, "-c", CHILD, peer, cell, args.conllu, str(args.sentences), str(args.epochs),
-               str(args.batch), str(args.units), str(args.pad_to)]
+               str(args.batch), str(args.units), str(args.pad_to), args.tf_data_autotune]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     if done.returncode != 0:
@@ -119,10 +123,13 @@ def main(argv=None):
     parser.add_argument("--peers", nargs="+", default=PEERS[:4], choices=PEERS)
     parser.add_argument("--pad-to", type=int, default=0,
                         help="pad every batch to this length (a static time size) instead of its longest row")
+    parser.add_argument("--tf-data-autotune", choices=("on", "off"), default="on",
+                        help="tf.data's autotuning in the pipeline (default on, as in a user's pipeline); off "
+                        "removes TensorFlow's stall at iterator teardown (bench_char_tagger.py) from the times")
     args = parser.parse_args(argv)
     padding = f"padded to {args.pad_to}" if args.pad_to else "padded to their longest row"
     print(f"model.fit on batches {padding}: {args.sentences} sentences (lengths from {os.path.basename(args.conllu)}), "
-          f"batch {args.batch}, Embedding 64 -> Bidirectional({args.units} units) -> Dense 17; seconds per epoch")
+          f"batch {args.batch}, tf.data autotuning {args.tf_data_autotune}, Embedding 64 -> Bidirectional({args.units} units) -> Dense 17; seconds per epoch")
     for cell in args.cells:
         results = {}
         for peer in args.peers:
