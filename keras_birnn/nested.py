@@ -29,14 +29,25 @@ class NestedEncoder(keras.layers.Layer):
     each item, zeros for items with no valid element. The output mask is
     `[batch, items]`: items with at least one valid element.
 
-    Only the valid items are encoded: they are gathered into one batch,
-    encoded and scattered back, so padding words cost nothing. Exactly what
-    reshaping to `[batch * items, elements, features]` and calling the
-    encoder gives, at the valid items.
+    Only the valid items are encoded: they are gathered, encoded and
+    scattered back, so padding words cost nothing. They are encoded in
+    `length_groups` groups by their extent (the position of their last
+    valid element): with 3, the items that end within the first quarter of
+    the elements, within the first half, and the rest; each group runs over
+    its own extent only, so a batch's few long words no longer make every
+    short word pay for their length. Exactly what reshaping to
+    `[batch * items, elements, features]` and calling the encoder gives, at
+    the valid items, whatever the groups (the encoder ignores an item's
+    masked elements, and the elements cut off are masked in every item of
+    the group).
 
     Args:
         encoder: A `kb.Bidirectional` or `kb.Recurrent` with
             `return_sequences=False` and `return_state=False`.
+        length_groups: Positive int, default 3: how many groups of item
+            extents the encoder is called on (each group up to
+            `ceil(elements * 2**k / 2**(length_groups - 1))` elements). 1:
+            one call over every valid item at the full element extent.
 
     Call arguments:
         inputs: `[batch, items, elements, features]`.
@@ -52,8 +63,10 @@ class NestedEncoder(keras.layers.Layer):
     ```
     """
 
-    def __init__(self, encoder, **kwargs):
+    def __init__(self, encoder, length_groups: int = 3, **kwargs):
         super().__init__(**kwargs)
+        if isinstance(length_groups, bool) or not isinstance(length_groups, int) or length_groups < 1:
+            raise ValueError(f"`length_groups` must be a positive int, received {length_groups!r}.")
         if not isinstance(encoder, (Bidirectional, Recurrent)):
             raise TypeError(f"`encoder` must be a kb.Bidirectional or a kb.Recurrent, received {encoder!r}.")
         if encoder.return_sequences or encoder.return_state:
@@ -64,6 +77,7 @@ class NestedEncoder(keras.layers.Layer):
         if isinstance(encoder, Bidirectional) and encoder.merge_mode is None:
             raise ValueError("`encoder` must merge its two directions, received merge_mode=None.")
         self.encoder = encoder
+        self.length_groups = length_groups
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -86,15 +100,30 @@ class NestedEncoder(keras.layers.Layer):
         flat = tf.reshape(inputs, tf.stack([-1, shape[2], shape[3]]))
         rows = tf.shape(flat, out_type=tf.int64)[0]
         flat_mask = None if mask is None else tf.reshape(tf.cast(mask, tf.bool), tf.shape(flat)[:2])
-        if flat_mask is None:
+        if flat_mask is None:  # every item valid and of the same extent
             index = tf.range(rows)
             encoded = self.encoder(flat, training=training)
         else:
-            index = tf.where(tf.reduce_any(flat_mask, axis=1))[:, 0]
-            encoded = self.encoder(tf.gather(flat, index), mask=tf.gather(flat_mask, index), training=training)
+            encoded, index = self._encode_by_extent(flat, flat_mask, training)
         width = encoded.shape[-1]
         scattered = tf.scatter_nd(tf.expand_dims(index, -1), encoded, tf.stack([rows, tf.constant(width, tf.int64)]))
         return tf.reshape(scattered, tf.stack([shape[0], shape[1], width]))
+
+    def _encode_by_extent(self, flat, flat_mask, training):
+        """(the valid items encoded group by group, their rows in `flat`)."""
+        elements = tf.shape(flat_mask)[1]  # int32: LiteRT has no int64 FloorDiv
+        positions = tf.range(1, elements + 1)
+        extent = tf.reduce_max(tf.where(flat_mask, positions, tf.zeros_like(positions)), axis=1)  # 0: no valid element
+        parts, indices, low = [], [], tf.constant(0)
+        last = self.length_groups - 1
+        for k in range(self.length_groups):
+            high = elements if k == last else (elements * 2**k + 2**last - 1) // 2**last  # ceil
+            index = tf.where((extent > low) & (extent <= high))[:, 0]
+            parts.append(self.encoder(tf.gather(flat, index)[:, :high], mask=tf.gather(flat_mask, index)[:, :high],
+                                      training=training))
+            indices.append(index)
+            low = high
+        return tf.concat(parts, 0), tf.concat(indices, 0)
 
     def compute_mask(self, inputs, mask=None):
         return None if mask is None else keras.ops.any(keras.ops.cast(mask, "bool"), axis=-1)
@@ -105,7 +134,8 @@ class NestedEncoder(keras.layers.Layer):
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update({"encoder": keras.saving.serialize_keras_object(self.encoder)})
+        config.update({"encoder": keras.saving.serialize_keras_object(self.encoder),
+                       "length_groups": self.length_groups})
         return config
 
     @classmethod

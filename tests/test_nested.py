@@ -81,6 +81,39 @@ def test_gradients_equal_the_reshape_route(training):
     assert not ours[0].numpy()[~mask].any()  # nothing flows to padding elements
 
 
+def _extents_mask():
+    """Items of every extent from 0 to ELEMENTS, right padded, with holes
+    and left padded, so that each length group of 1-4 gets items."""
+    mask = np.zeros((2, ITEMS, ELEMENTS), bool)
+    mask[0, 0, :1] = True                  # extent 1
+    mask[0, 1, [0, 2]] = True              # extent 3, a hole
+    mask[0, 2, :2] = True                  # extent 2
+    mask[1, 0, [1, 3]] = True              # extent 4, left padding and a hole
+    mask[1, 2, 4] = True                   # extent 5, one valid element
+    return mask                            # row 1, item 1: no valid element
+
+
+@pytest.mark.parametrize("length_groups", [1, 2, 3, 4, 7])
+def test_every_length_grouping_matches_oracle(length_groups):
+    """The groups only cut elements masked in every item of a group: the
+    items' outputs are the oracle's, and the same for every grouping, with
+    unknown sizes; the element extent 5 puts the items of extent 1-5 into
+    different groups for 2-4 groups."""
+    case, x = _case("lstm", "concat")
+    nested = kb.NestedEncoder(case.layer, length_groups=length_groups)
+    mask = _extents_mask()
+    outputs = tf.function(lambda x, m: nested(x, mask=m), input_signature=UNKNOWN)(x, mask)
+    assert_all_close(outputs.numpy(), _oracle(case, x, mask))
+    assert not outputs.numpy()[1, 1].any()
+    short = tf.function(lambda x, m: nested(x, mask=m), input_signature=UNKNOWN)(x[:, :, :2], mask[:, :, :2])
+    assert_all_close(short.numpy(), _oracle_at(case, x[:, :, :2], mask[:, :, :2]))
+
+
+def _oracle_at(case, x, mask):
+    flat_x, flat_mask = x.reshape(-1, x.shape[2], F), mask.reshape(-1, x.shape[2])
+    return case.oracle(flat_mask, x=flat_x).reshape(x.shape[0], x.shape[1], -1)
+
+
 def test_without_mask_every_item_is_encoded():
     case, x = _case("lstm")
     outputs = kb.NestedEncoder(case.layer)(x)
@@ -113,5 +146,8 @@ def test_bad_arguments():
         kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3), return_sequences=True))
     with pytest.raises(ValueError, match="merge_mode=None"):
         kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3), merge_mode=None))
+    for groups in (0, -1, 2.0, True, "3"):
+        with pytest.raises(ValueError, match=f"length_groups.*received {groups!r}"):
+            kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3)), length_groups=groups)
     with pytest.raises(ValueError, match="rank 4"):
         kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3)))(np.ones((2, 3, F), np.float32))
