@@ -31,6 +31,13 @@ def in_save_context() -> bool:
     return save_context.in_save_context()
 
 
+def may_differentiate(tensors: Sequence[tf.Tensor]) -> bool:
+    """Whether any tape watches `tensors` (a gradient of them may be asked).
+    `tf.GradientTape` has no public query for the tapes watching a tensor."""
+    kind = gradients_util.PossibleTapeGradientTypes(tensors)
+    return kind != gradients_util.POSSIBLE_GRADIENT_TYPES_NONE
+
+
 def may_differentiate_twice(tensors: Sequence[tf.Tensor]) -> bool:
     """Whether a gradient of `tensors` may itself be differentiated (two
     tapes, or a persistent one, watch them). `tf.GradientTape` has no public

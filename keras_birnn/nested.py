@@ -12,10 +12,17 @@ only on the items that have at least one valid element.
 import keras
 import tensorflow as tf
 
+from keras_birnn._tf_internal import may_differentiate
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
+from keras_birnn.recurrence.switches import _EmptyCase
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.serialization import deserialized
+
+# At inference the length groups pay only for many items: below a few
+# hundred, their extra loops cost more than the padded steps they skip
+# (benchmarks/README.md, "Where an example's time goes").
+_GROUPED_FROM_ITEMS = 256
 
 
 @keras_birnn_export("keras_birnn.NestedEncoder")
@@ -35,7 +42,9 @@ class NestedEncoder(keras.layers.Layer):
     valid element): with 3, the items that end within the first quarter of
     the elements, within the first half, and the rest; each group runs over
     its own extent only, so a batch's few long words no longer make every
-    short word pay for their length. Exactly what reshaping to
+    short word pay for their length. Training always groups (a training
+    batch has hundreds of items); inference groups from 256 valid items on
+    and encodes fewer in one call, as does a model traced for LiteRT. Exactly what reshaping to
     `[batch * items, elements, features]` and calling the encoder gives, at
     the valid items, whatever the groups (the encoder ignores an item's
     masked elements, and the elements cut off are masked in every item of
@@ -104,19 +113,37 @@ class NestedEncoder(keras.layers.Layer):
             index = tf.range(rows)
             encoded = self.encoder(flat, training=training)
         else:
-            encoded, index = self._encode_by_extent(flat, flat_mask, training)
+            encoded, index = self._encode_valid(flat, flat_mask, training)
         width = encoded.shape[-1]
         scattered = tf.scatter_nd(tf.expand_dims(index, -1), encoded, tf.stack([rows, tf.constant(width, tf.int64)]))
         return tf.reshape(scattered, tf.stack([shape[0], shape[1], width]))
 
-    def _encode_by_extent(self, flat, flat_mask, training):
-        """(the valid items encoded group by group, their rows in `flat`)."""
+    def _encode_valid(self, flat, flat_mask, training):
+        """(the valid items encoded, their rows in `flat`): in length groups
+        when training or under a tape, else (inference) from
+        `_GROUPED_FROM_ITEMS` valid items on, chosen by a `tf.cond`; in one
+        call below that, and when traced for LiteRT (no branch there: it
+        would hide the weights from the converter; its models run small
+        fixed batches). No cond under a tape: a cond around the encoder's
+        custom gradient fails to differentiate ("_resolve_grad_inputs")."""
+        groups = self.length_groups
+        if groups == 1 or not _EmptyCase.enabled:
+            return self._encode_by_extent(flat, flat_mask, training, 1)
+        if training or may_differentiate([flat]):
+            return self._encode_by_extent(flat, flat_mask, training, groups)
+        items = tf.reduce_sum(tf.cast(tf.reduce_any(flat_mask, axis=1), tf.int32))
+        return tf.cond(items >= _GROUPED_FROM_ITEMS,
+                       lambda: self._encode_by_extent(flat, flat_mask, training, groups),
+                       lambda: self._encode_by_extent(flat, flat_mask, training, 1))
+
+    def _encode_by_extent(self, flat, flat_mask, training, groups: int):
+        """(the valid items encoded in `groups` groups by extent, their rows in `flat`)."""
         elements = tf.shape(flat_mask)[1]  # int32: LiteRT has no int64 FloorDiv
         positions = tf.range(1, elements + 1)
         extent = tf.reduce_max(tf.where(flat_mask, positions, tf.zeros_like(positions)), axis=1)  # 0: no valid element
         parts, indices, low = [], [], tf.constant(0)
-        last = self.length_groups - 1
-        for k in range(self.length_groups):
+        last = groups - 1
+        for k in range(groups):
             high = elements if k == last else (elements * 2**k + 2**last - 1) // 2**last  # ceil
             index = tf.where((extent > low) & (extent <= high))[:, 0]
             parts.append(self.encoder(tf.gather(flat, index)[:, :high], mask=tf.gather(flat_mask, index)[:, :high],

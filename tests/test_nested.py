@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
+import keras_birnn.nested as nested_module
 from birnn_cases import F, make_case
 from helpers import assert_all_close, keras_round_trip
 
@@ -93,19 +94,24 @@ def _extents_mask():
     return mask                            # row 1, item 1: no valid element
 
 
+@pytest.mark.parametrize("mode", ["training", "inference, grouped", "inference, one call"])
 @pytest.mark.parametrize("length_groups", [1, 2, 3, 4, 7])
-def test_every_length_grouping_matches_oracle(length_groups):
+def test_every_length_grouping_matches_oracle(length_groups, mode, monkeypatch):
     """The groups only cut elements masked in every item of a group: the
     items' outputs are the oracle's, and the same for every grouping, with
     unknown sizes; the element extent 5 puts the items of extent 1-5 into
-    different groups for 2-4 groups."""
+    different groups for 2-4 groups. Inference groups from a count of
+    valid items on (a `tf.cond`): here set to 0 (always) or out of reach."""
+    monkeypatch.setattr(nested_module, "_GROUPED_FROM_ITEMS", 10**9 if mode == "inference, one call" else 0)
     case, x = _case("lstm", "concat")
     nested = kb.NestedEncoder(case.layer, length_groups=length_groups)
+    training = True if mode == "training" else None  # no dropout in the case: the same numbers
+    call = tf.function(lambda x, m: nested(x, mask=m, training=training), input_signature=UNKNOWN)
     mask = _extents_mask()
-    outputs = tf.function(lambda x, m: nested(x, mask=m), input_signature=UNKNOWN)(x, mask)
+    outputs = call(x, mask)
     assert_all_close(outputs.numpy(), _oracle(case, x, mask))
     assert not outputs.numpy()[1, 1].any()
-    short = tf.function(lambda x, m: nested(x, mask=m), input_signature=UNKNOWN)(x[:, :, :2], mask[:, :, :2])
+    short = call(x[:, :, :2], mask[:, :, :2])
     assert_all_close(short.numpy(), _oracle_at(case, x[:, :, :2], mask[:, :, :2]))
 
 
