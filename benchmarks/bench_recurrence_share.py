@@ -1,0 +1,194 @@
+"""How much of an example's training epoch its recurrent layers take.
+
+Trains the POS tagger (`--variants bigru`: character BiGRU 48, sentence
+BiGRU 128 with the projection merge, full EWT train) and the sentence
+classifier (`bi-attention`: BiGRU 64, attention pooling, the polarity
+training split) with `model.fit` for two epochs, three ways, each in a
+fresh process, alternating round by round:
+
+- kb: the example's model (`--layers kb`);
+- keras: its Keras twin (`--layers keras`);
+- none: the same model with every recurrent layer replaced by a Dense of
+  the same output width at each position, no recurrence: the character
+  encoder by the mean of each word's character embeddings and a Dense to
+  2 x 48; the sentence BiGRU by a Dense to the output the BiGRU gave (the
+  tagger's tag softmax, the classifier's 2 x 64 per word).
+
+"none" keeps everything else of a training step: embeddings, dropout, the
+character reshapes, the loss, the optimizer over (almost) the same
+embedding tables, the pipeline and `fit`. Its epoch is a floor under any
+implementation of the recurrent layers (the Dense stand-ins cost a little,
+so the true floor is a little lower); keras/none bounds the speed-up over
+Keras that any recurrent layer could give in that model, and
+(keras - none) / (kb - none) is how much faster our recurrent layers are
+than Keras's inside it.
+
+The data, batches, optimizer and seeds are the examples' own
+(`pos_tagging.training_data`, `sentence_classification.Batches`); no
+validation pass. Results and command: benchmarks/README.md.
+
+    python -u benchmarks/bench_recurrence_share.py --rounds 2
+    python -u benchmarks/bench_recurrence_share.py --examples pos --quick   # a smoke run
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "..", "shared", "data")
+PEERS = ("kb", "keras", "none")
+EXAMPLES = ("pos", "classifier")
+
+
+def _timer():
+    from keras_birnn.cli import EpochTimer
+    return EpochTimer()
+
+
+def _char_stand_in(chars, char_count: int, char_dim: int, width: int):
+    """chars `[B, T, C]` -> `[B, T, width]`: the mean of each word's character
+    embeddings (padding characters left out), then a Dense; no recurrence."""
+    import keras
+    embedded = keras.layers.Embedding(char_count, char_dim, name="char_embedding")(chars)
+    valid = keras.ops.expand_dims(keras.ops.cast(keras.ops.not_equal(chars, 0), "float32"), -1)
+    mean = keras.ops.sum(embedded * valid, axis=2) / keras.ops.maximum(keras.ops.sum(valid, axis=2), 1.0)
+    return keras.layers.Dense(width, activation="tanh", name="char_stand_in")(mean)
+
+
+def _pos_model(peer: str, words, chars, tags):
+    import keras
+    import pos_tagging as pos
+    if peer != "none":
+        return pos.build_tagger("bigru", words, chars, tags, 100, 32, 48, 128, 0.33, layers=peer)
+    word_ids = keras.Input((None,), dtype="int32", name="words")
+    char_ids = keras.Input((None, None), dtype="int32", name="chars")
+    embedded = keras.layers.Embedding(words, 100, mask_zero=True, name="word_embedding")(word_ids)
+    x = keras.layers.Concatenate(name="word_repr")([embedded, _char_stand_in(char_ids, chars, 32, 96)])
+    x = keras.layers.Dropout(0.33)(x)
+    probs = keras.layers.Dense(tags, activation="softmax", name="tags")(x)  # where the projection merge was
+    return keras.Model([word_ids, char_ids], probs)
+
+
+def _train_pos(peer: str, epochs: int, sentences: int) -> dict:
+    import keras
+    import numpy as np
+    import pos_tagging as pos
+    from keras_birnn.datasets import read_conllu
+    train = read_conllu(os.path.join(DATA, "ud_english_ewt", "en_ewt-ud-train.conllu"))[:sentences]
+    words, chars, tags = pos.build_vocabularies(train)
+    encoder = pos.TokenEncoder(words, chars, 16)
+    train_set = pos.EncodedSet(train, encoder, tags)
+    keras.utils.set_random_seed(0)
+    model = _pos_model(peer, encoder.word_count, encoder.char_count, len(tags))
+    steps = epochs * int(np.ceil(len(train_set) / 32))
+    pos.compile_tagger(model, keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=steps, alpha=0.05))
+    timer = _timer()
+    history = model.fit(pos.training_data(train_set, 32, np.random.default_rng(0)), epochs=epochs,
+                        callbacks=[timer], verbose=0, shuffle=False)
+    return dict(epochs=timer.seconds, loss=history.history["loss"][-1], params=model.count_params())
+
+
+def _classifier_model(peer: str, vocab: int):
+    import keras
+    import keras_birnn as kb
+    import sentence_classification as sc
+    if peer != "none":
+        return sc.build_classifier("bi-attention", vocab, 128, 64, 0.5, layers=peer)
+    word_ids = keras.Input((None,), dtype="int32", name="words")
+    x = keras.layers.Embedding(vocab, 128, mask_zero=True, name="embedding")(word_ids)
+    x = keras.layers.Dropout(0.5)(x)
+    x = keras.layers.Dense(128, activation="tanh", name="bigru_stand_in")(x)  # the BiGRU's concat width
+    pooled = keras.layers.Dropout(0.5)(kb.AttentionPooling(64, name="attention")(x))
+    return keras.Model(word_ids, keras.layers.Dense(1, activation="sigmoid", name="positive")(pooled))
+
+
+def _train_classifier(peer: str, epochs: int, sentences: int) -> dict:
+    import keras
+    import numpy as np
+    import sentence_classification as sc
+    from keras_birnn.datasets import read_polarity
+    folder = os.path.join(DATA, "sentence_polarity")
+    texts, labels = read_polarity(os.path.join(folder, "rt-polarity.pos"), os.path.join(folder, "rt-polarity.neg"))
+    tokens = [sc.tokenize(t) for t in texts]
+    train_idx = sc.split_indices(len(tokens), 0)[0][:sentences]
+    vocab = sc.Vocabulary([tokens[i] for i in train_idx])
+    train = sc.Batches([vocab.encode(tokens[i], 64) for i in train_idx], np.array(labels)[train_idx], 32, 0, True)
+    keras.utils.set_random_seed(0)
+    model = _classifier_model(peer, len(vocab))
+    model.compile(optimizer=keras.optimizers.Adam(1e-3, clipnorm=5.0), loss="binary_crossentropy")
+    timer = _timer()
+    history = model.fit(train.dataset(), epochs=epochs, callbacks=[timer], verbose=0, shuffle=False)
+    return dict(epochs=timer.seconds, loss=history.history["loss"][-1], params=model.count_params())
+
+
+def child(example: str, peer: str, epochs: int, sentences: int) -> None:
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    train = _train_pos if example == "pos" else _train_classifier
+    result = train(peer, epochs, sentences)
+    print("RESULT " + json.dumps(dict(result, load=os.getloadavg()[0])))
+
+
+def measure(example: str, peer: str, args) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--child", example, peer,
+               "--epochs", str(args.epochs), "--sentences", str(args.sentences)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
+               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"{example} {peer} failed:\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def summary(example: str, runs: dict) -> str:
+    """Medians over rounds of each round's ratios of the later epochs' mean and of all epochs."""
+    def ratios(part):
+        pick = (lambda r: statistics.mean(r["epochs"][1:])) if part == "later" else (lambda r: sum(r["epochs"]))
+        rows = list(zip(*(runs[p] for p in PEERS)))
+        kb_, keras_, none = (statistics.median(pick(r[i]) / pick(r[j]) for r in rows) for i, j in
+                             ((1, 0), (1, 2), (0, 2)))
+        share = statistics.median((pick(r[1]) - pick(r[2])) / max(pick(r[0]) - pick(r[2]), 1e-9) for r in rows)
+        return f"keras/kb x{kb_:.2f}, keras/none x{keras_:.2f}, kb/none x{none:.2f}, recurrent part keras/kb x{share:.2f}"
+    return (f"{example}: all epochs: {ratios('all')}\n{example}: later epochs: {ratios('later')} "
+            f"(medians over {len(runs['kb'])} rounds)")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", nargs="+", default=EXAMPLES, choices=EXAMPLES)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--sentences", type=int, default=1_000_000, help="training sentences kept (default all)")
+    parser.add_argument("--quick", action="store_true", help="600 sentences: a smoke run")
+    parser.add_argument("--child", nargs=2, metavar=("EXAMPLE", "PEER"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sentences = min(args.sentences, 600)
+    if args.child:
+        return child(args.child[0], args.child[1], args.epochs, args.sentences)
+    if min(args.rounds, args.epochs, args.sentences) < 1 or args.epochs < 2:
+        parser.error("--rounds and --sentences must be at least 1, --epochs at least 2")
+    print(f"model.fit, {args.epochs} epochs, peers {', '.join(PEERS)} (none: no recurrence); "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
+    for example in args.examples:
+        runs = {peer: [] for peer in PEERS}
+        for round_ in range(args.rounds):
+            order = PEERS if round_ % 2 == 0 else PEERS[::-1]
+            for peer in order:
+                began = time.perf_counter()
+                result = measure(example, peer, args)
+                runs[peer].append(result)
+                epochs = " ".join(f"{s:5.1f}" for s in result["epochs"])
+                print(f"{example:10s} round {round_ + 1} {peer:5s} epochs {epochs} s | final loss {result['loss']:.4f} | "
+                      f"{result['params']:,} params | process {time.perf_counter() - began:.0f} s | "
+                      f"load {result['load']:.1f}", flush=True)
+        print(summary(example, runs), flush=True)
+
+
+if __name__ == "__main__":
+    main()
