@@ -12,6 +12,7 @@ import tensorflow as tf
 
 # Why private: no public TensorFlow API answers these questions; see each function.
 from tensorflow.python.eager import forwardprop_util
+from tensorflow.python.eager import record
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.ops import control_flow_util_v2
 from tensorflow.python.ops import gradients_util
@@ -31,11 +32,11 @@ def in_save_context() -> bool:
     return save_context.in_save_context()
 
 
-def may_differentiate(tensors: Sequence[tf.Tensor]) -> bool:
-    """Whether any tape watches `tensors` (a gradient of them may be asked).
-    `tf.GradientTape` has no public query for the tapes watching a tensor."""
-    kind = gradients_util.PossibleTapeGradientTypes(tensors)
-    return kind != gradients_util.POSSIBLE_GRADIENT_TYPES_NONE
+def tape_may_record() -> bool:
+    """Whether any `tf.GradientTape` is recording now (ops built now may be
+    differentiated, through their inputs or their variables). The public
+    API has no such query."""
+    return record.could_possibly_record()
 
 
 def may_differentiate_twice(tensors: Sequence[tf.Tensor]) -> bool:

@@ -9,19 +9,23 @@ padding items too. `NestedEncoder` does the reshape and runs the encoder
 only on the items that have at least one valid element.
 """
 
+import numbers
+
 import keras
 import tensorflow as tf
 
-from keras_birnn._tf_internal import may_differentiate
+from keras_birnn._tf_internal import tape_may_record
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.recurrence.switches import _EmptyCase
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.serialization import deserialized
 
-# At inference the length groups pay only for many items: below a few
-# hundred, their extra loops cost more than the padded steps they skip
-# (benchmarks/README.md, "Where an example's time goes").
+# At inference the length groups pay only for many items. A chosen value
+# between the two sizes measured (benchmarks/README.md, "The examples with
+# `--layers keras`"): one sentence, where one call is faster (the exported
+# POS tagger at batch 1 was 0.88-0.95x Keras's with the groups), and 64
+# sentences (1,521 words), where the groups are.
 _GROUPED_FROM_ITEMS = 256
 
 
@@ -42,21 +46,24 @@ class NestedEncoder(keras.layers.Layer):
     valid element): with 3, the items that end within the first quarter of
     the elements, within the first half, and the rest; each group runs over
     its own extent only, so a batch's few long words no longer make every
-    short word pay for their length. Training always groups (a training
-    batch has hundreds of items); inference groups from 256 valid items on
-    and encodes fewer in one call, as does a model traced for LiteRT. Exactly what reshaping to
-    `[batch * items, elements, features]` and calling the encoder gives, at
-    the valid items, whatever the groups (the encoder ignores an item's
-    masked elements, and the elements cut off are masked in every item of
-    the group).
+    short word pay for their length. Inference groups from 256 valid items
+    on and encodes fewer in one call (the groups' extra loops cost more
+    than they skip for a sentence or two); training and any call under a
+    `tf.GradientTape` always group, and a model traced for LiteRT never
+    does. The outputs are what reshaping to `[batch * items, elements,
+    features]` and calling the encoder gives at the valid items, whatever
+    the groups, to float rounding (the encoder ignores an item's masked
+    elements, and the elements cut off are masked in every item of the
+    group; the groups change only the batch sizes of the matrix products).
 
     Args:
         encoder: A `kb.Bidirectional` or `kb.Recurrent` with
             `return_sequences=False` and `return_state=False`.
-        length_groups: Positive int, default 3: how many groups of item
-            extents the encoder is called on (each group up to
-            `ceil(elements * 2**k / 2**(length_groups - 1))` elements). 1:
-            one call over every valid item at the full element extent.
+        length_groups: Int from 1 to 16, default 3: how many groups of item
+            extents the encoder is called on; group `k` (from 0) holds the
+            items ending within `ceil(elements / 2**(length_groups - 1 - k))`
+            elements not in an earlier group. 1: one call over every valid
+            item at the full element extent.
 
     Call arguments:
         inputs: `[batch, items, elements, features]`.
@@ -74,8 +81,10 @@ class NestedEncoder(keras.layers.Layer):
 
     def __init__(self, encoder, length_groups: int = 3, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(length_groups, bool) or not isinstance(length_groups, int) or length_groups < 1:
-            raise ValueError(f"`length_groups` must be a positive int, received {length_groups!r}.")
+        if isinstance(length_groups, bool) or not isinstance(length_groups, numbers.Integral):
+            raise TypeError(f"`length_groups` must be an int, received {length_groups!r}.")
+        if not 1 <= length_groups <= 16:
+            raise ValueError(f"`length_groups` must be from 1 to 16, received {length_groups!r}.")
         if not isinstance(encoder, (Bidirectional, Recurrent)):
             raise TypeError(f"`encoder` must be a kb.Bidirectional or a kb.Recurrent, received {encoder!r}.")
         if encoder.return_sequences or encoder.return_state:
@@ -86,7 +95,7 @@ class NestedEncoder(keras.layers.Layer):
         if isinstance(encoder, Bidirectional) and encoder.merge_mode is None:
             raise ValueError("`encoder` must merge its two directions, received merge_mode=None.")
         self.encoder = encoder
-        self.length_groups = length_groups
+        self.length_groups = int(length_groups)
         self.supports_masking = True
 
     def build(self, input_shape):
@@ -124,12 +133,13 @@ class NestedEncoder(keras.layers.Layer):
         `_GROUPED_FROM_ITEMS` valid items on, chosen by a `tf.cond`; in one
         call below that, and when traced for LiteRT (no branch there: it
         would hide the weights from the converter; its models run small
-        fixed batches). No cond under a tape: a cond around the encoder's
-        custom gradient fails to differentiate ("_resolve_grad_inputs")."""
+        fixed batches). No cond under any tape (one watching only the
+        weights too): a cond around the encoder's custom gradient fails to
+        differentiate ("_resolve_grad_inputs")."""
         groups = self.length_groups
         if groups == 1 or not _EmptyCase.enabled:
             return self._encode_by_extent(flat, flat_mask, training, 1)
-        if training or may_differentiate([flat]):
+        if training or tape_may_record():
             return self._encode_by_extent(flat, flat_mask, training, groups)
         items = tf.reduce_sum(tf.cast(tf.reduce_any(flat_mask, axis=1), tf.int32))
         return tf.cond(items >= _GROUPED_FROM_ITEMS,
@@ -142,12 +152,14 @@ class NestedEncoder(keras.layers.Layer):
         positions = tf.range(1, elements + 1)
         extent = tf.reduce_max(tf.where(flat_mask, positions, tf.zeros_like(positions)), axis=1)  # 0: no valid element
         parts, indices, low = [], [], tf.constant(0)
-        last = groups - 1
         for k in range(groups):
-            high = elements if k == last else (elements * 2**k + 2**last - 1) // 2**last  # ceil
+            divisor = 2 ** (groups - 1 - k)
+            high = (elements + divisor - 1) // divisor  # ceil; the last group: every element
             index = tf.where((extent > low) & (extent <= high))[:, 0]
-            parts.append(self.encoder(tf.gather(flat, index)[:, :high], mask=tf.gather(flat_mask, index)[:, :high],
-                                      training=training))
+            items, items_mask = tf.gather(flat, index), tf.gather(flat_mask, index)
+            if divisor > 1:  # the last group keeps the static element count
+                items, items_mask = items[:, :high], items_mask[:, :high]
+            parts.append(self.encoder(items, mask=items_mask, training=training))
             indices.append(index)
             low = high
         return tf.concat(parts, 0), tf.concat(indices, 0)

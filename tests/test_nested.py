@@ -1,6 +1,8 @@
 """kb.NestedEncoder: an encoder over every valid item of a nested sequence,
 against the NumPy oracle item by item and against the reshape route."""
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -115,6 +117,58 @@ def test_every_length_grouping_matches_oracle(length_groups, mode, monkeypatch):
     assert_all_close(short.numpy(), _oracle_at(case, x[:, :, :2], mask[:, :, :2]))
 
 
+@pytest.mark.parametrize("training, threshold, taped, groups", [
+    (None, 0, False, 3), (None, 10**9, False, 1), (True, 10**9, False, 3), (None, 10**9, True, 3),
+], ids=["inference, many items", "inference, few items", "training", "inference under a tape"])
+def test_when_the_groups_are_used(training, threshold, taped, groups, monkeypatch):
+    """Eagerly a `tf.cond` runs one branch: the groups are used for
+    training, under a tape, and at inference from the threshold on."""
+    monkeypatch.setattr(nested_module, "_GROUPED_FROM_ITEMS", threshold)
+    used = []
+    encode = kb.NestedEncoder._encode_by_extent
+    monkeypatch.setattr(kb.NestedEncoder, "_encode_by_extent",
+                        lambda self, *a: used.append(a[-1]) or encode(self, *a))
+    case, x = _case("gru_reset_after")
+    nested = kb.NestedEncoder(case.layer)
+    with tf.GradientTape() if taped else contextlib.nullcontext():
+        nested(x, mask=_extents_mask(), training=training)
+    assert used == [groups]
+
+
+def test_a_tape_on_the_weights_alone_gets_their_gradients():
+    """Inference (`training=None`) under a tape that watches only the
+    weights (a frozen embedding before the encoder): the weights' gradients
+    are the reshape route's, with unknown sizes."""
+    case, x = _case("lstm")
+    nested = kb.NestedEncoder(case.layer)
+    mask = _extents_mask()
+
+    def reshaped(x, m):
+        flat = case.layer(tf.reshape(x, [-1, ELEMENTS, F]), mask=tf.reshape(m, [-1, ELEMENTS]))
+        return tf.reshape(flat, [2, ITEMS, -1])
+
+    @tf.function(input_signature=UNKNOWN)
+    def grads(x, m):
+        results = []
+        for route in (lambda x, m: nested(x, mask=m), reshaped):
+            with tf.GradientTape() as tape:
+                total = tf.reduce_sum(route(x, m) ** 2)
+            results.append(tape.gradient(total, case.layer.trainable_variables))
+        return results
+
+    ours, theirs = grads(x, mask)
+    assert_all_close([g.numpy() for g in ours], [g.numpy() for g in theirs])
+
+
+def test_length_groups_round_trip():
+    layer = kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3)), length_groups=np.int64(2))
+    config = layer.get_config()
+    assert config["length_groups"] == 2 and type(config["length_groups"]) is int
+    assert kb.NestedEncoder.from_config(config).length_groups == 2
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert restored.length_groups == 2
+
+
 def _oracle_at(case, x, mask):
     flat_x, flat_mask = x.reshape(-1, x.shape[2], F), mask.reshape(-1, x.shape[2])
     return case.oracle(flat_mask, x=flat_x).reshape(x.shape[0], x.shape[1], -1)
@@ -152,8 +206,9 @@ def test_bad_arguments():
         kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3), return_sequences=True))
     with pytest.raises(ValueError, match="merge_mode=None"):
         kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3), merge_mode=None))
-    for groups in (0, -1, 2.0, True, "3"):
-        with pytest.raises(ValueError, match=f"length_groups.*received {groups!r}"):
+    for groups, error in ((0, ValueError), (-1, ValueError), (17, ValueError), (2.0, TypeError), (True, TypeError),
+                          ("3", TypeError)):
+        with pytest.raises(error, match=f"length_groups.*received {groups!r}"):
             kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3)), length_groups=groups)
     with pytest.raises(ValueError, match="rank 4"):
         kb.NestedEncoder(kb.Bidirectional(kb.GRUCell(3)))(np.ones((2, 3, F), np.float32))
