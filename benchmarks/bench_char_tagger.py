@@ -230,7 +230,8 @@ def main(argv=None):
     if min(args.sentences, args.dev_sentences, args.epochs, args.batch, args.rounds) < 1:
         parser.error("--sentences, --dev-sentences, --epochs, --batch and --rounds must be at least 1")
     print(f"Char-aware tagger, model.fit: first {args.sentences} sentences of {os.path.basename(args.train)}, "
-          f"batch {args.batch}, {args.epochs} epochs, tf.data autotuning {args.tf_data_autotune}; dev: first {args.dev_sentences} of "
+          f"batch {args.batch}, {args.epochs} epochs, tf.data autotuning {args.tf_data_autotune}; "
+          f"dev: first {args.dev_sentences} of "
           f"{os.path.basename(args.dev)}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     results = {peer: [] for peer in args.peers}
     for round_ in range(args.rounds):

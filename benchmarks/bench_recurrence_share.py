@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Dict, List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "..", "shared", "data")
@@ -133,7 +134,7 @@ def child(example: str, peer: str, epochs: int, sentences: int) -> None:
     print("RESULT " + json.dumps(dict(result, load=os.getloadavg()[0])))
 
 
-def measure(example: str, peer: str, args) -> dict:
+def measure(example: str, peer: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--child", example, peer,
                "--epochs", str(args.epochs), "--sentences", str(args.sentences)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
@@ -145,7 +146,7 @@ def measure(example: str, peer: str, args) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def summary(example: str, runs: dict) -> str:
+def summary(example: str, runs: Dict[str, List[dict]]) -> str:
     """Medians over rounds of each round's ratios of the later epochs' mean and of all epochs."""
     def ratios(part):
         pick = (lambda r: statistics.mean(r["epochs"][1:])) if part == "later" else (lambda r: sum(r["epochs"]))
@@ -153,12 +154,13 @@ def summary(example: str, runs: dict) -> str:
         kb_, keras_, none = (statistics.median(pick(r[i]) / pick(r[j]) for r in rows) for i, j in
                              ((1, 0), (1, 2), (0, 2)))
         share = statistics.median((pick(r[1]) - pick(r[2])) / max(pick(r[0]) - pick(r[2]), 1e-9) for r in rows)
-        return f"keras/kb x{kb_:.2f}, keras/none x{keras_:.2f}, kb/none x{none:.2f}, recurrent part keras/kb x{share:.2f}"
+        return (f"keras/kb x{kb_:.2f}, keras/none x{keras_:.2f}, kb/none x{none:.2f}, "
+                f"recurrent part keras/kb x{share:.2f}")
     return (f"{example}: all epochs: {ratios('all')}\n{example}: later epochs: {ratios('later')} "
             f"(medians over {len(runs['kb'])} rounds)")
 
 
-def main(argv=None) -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", nargs="+", default=EXAMPLES, choices=EXAMPLES)
     parser.add_argument("--rounds", type=int, default=1)
@@ -184,7 +186,8 @@ def main(argv=None) -> None:
                 result = measure(example, peer, args)
                 runs[peer].append(result)
                 epochs = " ".join(f"{s:5.1f}" for s in result["epochs"])
-                print(f"{example:10s} round {round_ + 1} {peer:5s} epochs {epochs} s | final loss {result['loss']:.4f} | "
+                print(f"{example:10s} round {round_ + 1} {peer:5s} epochs {epochs} s | "
+                      f"final loss {result['loss']:.4f} | "
                       f"{result['params']:,} params | process {time.perf_counter() - began:.0f} s | "
                       f"load {result['load']:.1f}", flush=True)
         print(summary(example, runs), flush=True)

@@ -129,7 +129,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     padding = f"padded to {args.pad_to}" if args.pad_to else "padded to their longest row"
     print(f"model.fit on batches {padding}: {args.sentences} sentences (lengths from {os.path.basename(args.conllu)}), "
-          f"batch {args.batch}, tf.data autotuning {args.tf_data_autotune}, Embedding 64 -> Bidirectional({args.units} units) -> Dense 17; seconds per epoch")
+          f"batch {args.batch}, tf.data autotuning {args.tf_data_autotune}, "
+          f"Embedding 64 -> Bidirectional({args.units} units) -> Dense 17; seconds per epoch")
     for cell in args.cells:
         results = {}
         for peer in args.peers:
