@@ -65,6 +65,7 @@ import numpy as np, tensorflow as tf, keras
 import keras_birnn as kb
 from keras_birnn.datasets import read_conllu
 from keras_birnn import xla_disabled
+from keras_birnn.cli import without_autotuning
 
 peer, train_path, dev_path, sentences, dev_sentences, epochs, batch, autotune = sys.argv[1:9]
 sentences, dev_sentences, epochs, batch = int(sentences), int(dev_sentences), int(epochs), int(batch)
@@ -99,11 +100,7 @@ def pipeline(encoded, shuffle):
     if shuffle:
         data = data.shuffle(len(encoded), seed=0, reshuffle_each_iteration=True)
     data = data.padded_batch(batch).prefetch(2)
-    if autotune == "off":
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        data = data.with_options(options)
-    return data
+    return without_autotuning(data) if autotune == "off" else data
 
 train_data = pipeline(encode(train), shuffle=True)
 dev_batches = list(pipeline(encode(dev), shuffle=False))  # also fills the dev cache

@@ -41,6 +41,7 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np, tensorflow as tf, keras
 import keras_birnn as kb
 from keras_birnn import recurrence
+from keras_birnn.cli import without_autotuning
 peer, cell, path, sentences, epochs, batch, units, pad_to, autotune = sys.argv[1:10]
 sentences, epochs, batch, units, pad_to = int(sentences), int(epochs), int(batch), int(units), int(pad_to)
 lengths, n = [], 0
@@ -64,9 +65,7 @@ if pad_to:  # every batch padded to one length (longer sentences cut): a static 
 shapes = ([pad_to], [pad_to]) if pad_to else None
 data = data.shuffle(sentences, seed=0).padded_batch(batch, padded_shapes=shapes).cache().prefetch(2)
 if autotune == "off":
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    data = data.with_options(options)
+    data = without_autotuning(data)
 padded_lengths = {int(words.shape[1]) for words, _ in data}  # also fills the cache before the clock runs
 keras.utils.set_random_seed(0)
 inputs = keras.Input((None,), dtype="int32")

@@ -97,7 +97,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import LAYERS, EpochTimer, check_layers, finish_args, require_files  # noqa: E402
+from keras_birnn.cli import (  # noqa: E402
+    LAYERS, EpochTimer, check_layers, finish_args, require_files, without_autotuning,
+)
 from keras_birnn.datasets import read_conllu  # noqa: E402
 
 UD_RELEASE = "r2.15"
@@ -273,17 +275,6 @@ def dataset(batches) -> tf.data.Dataset:
     spec = batch_spec(batches[0]) if len(batches) else BATCH_SPEC
     data = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
     return without_autotuning(data.apply(tf.data.experimental.assert_cardinality(len(batches))))
-
-
-def without_autotuning(data: tf.data.Dataset) -> tf.data.Dataset:
-    """`data` with tf.data's autotuning off. A pipeline of ready batches
-    from Python has nothing to tune, and with autotuning on, TensorFlow
-    2.21 stalled `model.fit` for seconds at epoch ends (an iterator's
-    teardown waiting on its tuning thread), with Keras's layers as with
-    these (benchmarks/README.md, the char-aware tagger)."""
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return data.with_options(options)
 
 
 def training_data(encoded: "EncodedSet", batch_size: int, rng: Optional[np.random.Generator] = None):

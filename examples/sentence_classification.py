@@ -74,7 +74,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import LAYERS, EpochTimer, check_layers, finish_args, require_files  # noqa: E402
+from keras_birnn.cli import (  # noqa: E402
+    LAYERS, EpochTimer, check_layers, finish_args, require_files, without_autotuning,
+)
 from keras_birnn.datasets import read_polarity  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,12 +169,7 @@ class Batches:
     def dataset(self) -> tf.data.Dataset:
         spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.float32))
         data = tf.data.Dataset.from_generator(self._pass, output_signature=spec)
-        # Ready batches from Python leave tf.data nothing to tune; with
-        # autotuning on, an iterator's teardown (each epoch's end, each
-        # validation pass) sometimes stalled `fit` for seconds.
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        return data.apply(tf.data.experimental.assert_cardinality(len(self))).with_options(options)
+        return without_autotuning(data.apply(tf.data.experimental.assert_cardinality(len(self))))
 
 
 # --- the models ------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""What the demo and the examples share: argument checks and epoch times.
+"""What the demo and the examples share: argument checks, epoch times and
+their input pipelines' options.
 
 `python -m keras_birnn.demo` and every script in examples/ complete and
 check their parsed command lines here, so that a bad flag stops them the
@@ -12,10 +13,22 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import keras
+import tensorflow as tf
 
 # `--layers`: keras_birnn's layers, or the same model from Keras's own (the
 # "twin" each example builds, an end-to-end benchmark against them).
 LAYERS = ("kb", "keras")
+
+
+def without_autotuning(data: tf.data.Dataset) -> tf.data.Dataset:
+    """`data` with tf.data's autotuning off. A pipeline of batches made
+    ready in Python has nothing to tune, and with autotuning on TensorFlow
+    2.21 stalled `model.fit` for seconds at epoch ends (an iterator's
+    teardown waits on the tuning thread), with Keras's layers as with
+    these (benchmarks/README.md, "Whole models against their Keras twins")."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return data.with_options(options)
 
 
 def check_layers(layers: str) -> str:

@@ -6,8 +6,9 @@ import time
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from keras_birnn.cli import EpochTimer, check_layers, finish_args
+from keras_birnn.cli import EpochTimer, check_layers, finish_args, without_autotuning
 
 
 def _parse(argv):
@@ -77,3 +78,11 @@ def test_epoch_timer_splits_training_from_validation():
     plain = EpochTimer()
     model.fit(x, y, batch_size=4, epochs=3, callbacks=[_Slow(), plain], verbose=0)
     assert len(plain.seconds) == 3 and plain.validation_seconds == []
+
+
+def test_without_autotuning_keeps_the_elements():
+    data = tf.data.Dataset.range(5).batch(2)
+    assert data.options().autotune.enabled is not False
+    quiet = without_autotuning(data)
+    assert quiet.options().autotune.enabled is False
+    assert [b.numpy().tolist() for b in quiet] == [[0, 1], [2, 3], [4]]

@@ -312,7 +312,7 @@ def test_merge_modes_ensemble_and_cells_train():
 def test_pos_datasets_give_the_batches_without_autotuning():
     """`dataset` and `training_data` feed `model.fit` exactly the batches
     given (or drawn, the same seeded draws each pass), with tf.data's
-    autotuning off (`without_autotuning`)."""
+    autotuning off (`keras_birnn.cli.without_autotuning`)."""
     pos = load_example("pos_tagging")
     rng = np.random.default_rng(0)
     batches = []
