@@ -17,15 +17,14 @@ import tensorflow as tf
 from keras_birnn._tf_internal import tape_may_record
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
-from keras_birnn.recurrence.switches import _EmptyCase
+from keras_birnn.recurrence.switches import _loops_may_branch
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.serialization import deserialized
 
-# At inference the length groups pay only for many items. A chosen value
-# between the two sizes measured (benchmarks/README.md, "The examples with
-# `--layers keras`"): one sentence, where one call is faster (the exported
-# POS tagger at batch 1 was 0.88-0.95x Keras's with the groups), and 64
-# sentences (1,521 words), where the groups are.
+# At inference the length groups pay only for many items: a value chosen
+# between the two sizes measured, one sentence (one call faster) and 64
+# sentences (the groups faster; benchmarks/README.md, "The examples with
+# `--layers keras`").
 _GROUPED_FROM_ITEMS = 256
 
 
@@ -136,21 +135,22 @@ class NestedEncoder(keras.layers.Layer):
         fixed batches). No cond under any tape (one watching only the
         weights too): a cond around the encoder's custom gradient fails to
         differentiate ("_resolve_grad_inputs")."""
-        groups = self.length_groups
-        if groups == 1 or not _EmptyCase.enabled:
-            return self._encode_by_extent(flat, flat_mask, training, 1)
-        if training or tape_may_record():
-            return self._encode_by_extent(flat, flat_mask, training, groups)
-        items = tf.reduce_sum(tf.cast(tf.reduce_any(flat_mask, axis=1), tf.int32))
-        return tf.cond(items >= _GROUPED_FROM_ITEMS,
-                       lambda: self._encode_by_extent(flat, flat_mask, training, groups),
-                       lambda: self._encode_by_extent(flat, flat_mask, training, 1))
-
-    def _encode_by_extent(self, flat, flat_mask, training, groups: int):
-        """(the valid items encoded in `groups` groups by extent, their rows in `flat`)."""
         elements = tf.shape(flat_mask)[1]  # int32: LiteRT has no int64 FloorDiv
         positions = tf.range(1, elements + 1)
         extent = tf.reduce_max(tf.where(flat_mask, positions, tf.zeros_like(positions)), axis=1)  # 0: no valid element
+
+        def encode(groups):
+            return self._encode_by_extent(flat, flat_mask, extent, elements, training, groups)
+
+        if self.length_groups == 1 or not _loops_may_branch():
+            return encode(1)
+        if training or tape_may_record():
+            return encode(self.length_groups)
+        items = tf.reduce_sum(tf.cast(extent > 0, tf.int32))
+        return tf.cond(items >= _GROUPED_FROM_ITEMS, lambda: encode(self.length_groups), lambda: encode(1))
+
+    def _encode_by_extent(self, flat, flat_mask, extent, elements, training, groups: int):
+        """(the valid items encoded in `groups` groups by `extent`, their rows in `flat`)."""
         parts, indices, low = [], [], tf.constant(0)
         for k in range(groups):
             divisor = 2 ** (groups - 1 - k)

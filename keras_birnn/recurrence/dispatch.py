@@ -32,7 +32,7 @@ from keras_birnn.recurrence.switches import (
     _XLA,
     _CompactRows,
     _CustomGradient,
-    _EmptyCase,
+    _loops_may_branch,
     _in_xla,
     _runs_concurrently,
 )
@@ -104,7 +104,7 @@ def _run(path, directions, mask, return_sequences, bptt, counter) -> List[Direct
         flat = _flatten(directions)
         results = _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case=False)
         return bucketing.crop_time(results, steps)
-    return _run_path(path, directions, flat, mask, return_sequences, bptt, counter, _EmptyCase.enabled)
+    return _run_path(path, directions, flat, mask, return_sequences, bptt, counter, _loops_may_branch())
 
 
 def _recorded_twice(path: str, directions, flat) -> bool:
@@ -112,7 +112,7 @@ def _recorded_twice(path: str, directions, flat) -> bool:
     TensorFlow loops of forward mode and exports) is recorded by a tape
     that may differentiate it again, with an unknown time size: the case
     the zero-length `tf.cond` cannot hold."""
-    if path in ("forward-mode", "forward-only") or not _EmptyCase.enabled or tf.executing_eagerly():
+    if path in ("forward-mode", "forward-only") or not _loops_may_branch() or tf.executing_eagerly():
         return False
     return directions[0].inputs.shape[1] is None and may_differentiate_twice(flat)
 

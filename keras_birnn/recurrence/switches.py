@@ -83,12 +83,20 @@ def _rows_kept():
 
 
 def _no_empty_case():
-    """Loops traced inside have no branch for a zero-length time axis, for
-    `litert.export_tflite`: the branch hides the weights from the
+    """Loops traced inside have no branch for a zero-length time axis, and
+    no layer puts them under a `tf.cond` (`_loops_may_branch`), for
+    `litert.export_tflite`: a branch hides the weights from the
     converter, which then multiplies with slow BATCH_MATMULs, not
     FULLY_CONNECTED. Such a graph needs at least one time step (with none
     it fails, it is not silently wrong). Read when functions are traced."""
     return _switched_off(_EmptyCase)
+
+
+def _loops_may_branch() -> bool:
+    """Whether loops traced now may sit under a `tf.cond`: the zero-length
+    case of `dispatch`, `kb.NestedEncoder`'s choice of length groups. Not
+    inside `_no_empty_case`."""
+    return _EmptyCase.enabled
 
 
 def _forward_only():
