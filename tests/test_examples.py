@@ -322,7 +322,9 @@ def test_pos_datasets_give_the_batches_without_autotuning():
         batches.append(((words, chars), rng.integers(0, 3, size=(n, 4)).astype(np.int32)))
     data = pos.dataset(batches)
     assert data.options().autotune.enabled is False and int(data.cardinality()) == 2
-    for ((w, c), y), ((ww, wc), wy) in zip(data, batches):
+    given = list(data)
+    assert len(given) == len(batches)
+    for ((w, c), y), ((ww, wc), wy) in zip(given, batches):
         np.testing.assert_array_equal(w.numpy(), ww)
         np.testing.assert_array_equal(c.numpy(), wc)
         np.testing.assert_array_equal(y.numpy(), wy)
@@ -335,13 +337,14 @@ def test_pos_datasets_give_the_batches_without_autotuning():
             return [batches[int(k)] for k in draw.integers(0, 2, size=2)]
 
     # Seed 2 draws [1, 0], then [0, 0]: a pipeline repeating its first
-    # pass, or not drawing, gives other batches on the second pass.
+    # pass gives other batches on the second.
     training = pos.training_data(Encoded(), 3, np.random.default_rng(2))
     assert training.options().autotune.enabled is False and int(training.cardinality()) == 2
     want = np.random.default_rng(2)
     for _ in range(2):  # each pass the next draw
-        expected = Encoded().batches(3, want)
-        for ((w, _), _), ((ww, _), _) in zip(training, expected):
+        expected, drawn = Encoded().batches(3, want), list(training)
+        assert len(drawn) == len(expected)
+        for ((w, _), _), ((ww, _), _) in zip(drawn, expected):
             np.testing.assert_array_equal(w.numpy(), ww)
 
 
