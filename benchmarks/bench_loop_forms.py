@@ -40,8 +40,7 @@ GATES = {"gru": 3, "lstm": 4}
 def _traced(cell: str, units: int, features: int, inference: bool, limits: tuple, x, mask):
     """The step traced with every loop form built afresh under `limits`
     (per step, per row)."""
-    compiled._loop_functions.cache_clear()
-    dispatch._counted_runner.cache_clear()
+    dispatch._clear_loop_caches()
     compiled._FUNCTIONAL_STEP_LIMIT, compiled._FUNCTIONAL_ROW_LIMIT = limits
     with kb.xla_disabled():
         step = training_step(cell, units, features, inference)

@@ -58,15 +58,18 @@ def bucket_length(steps: tf.Tensor) -> tf.Tensor:
 def pad_time(
     directions: Sequence, mask: Optional[tf.Tensor], at_least_one: bool = False
 ) -> Tuple[list, tf.Tensor, tf.Tensor]:
-    """Pads every direction's inputs and the mask to the bucket length, or
-    with `at_least_one` only a zero-length sequence, to one masked step.
+    """Pads every direction's inputs and the mask to the bucket length (a
+    zero-length sequence to the shortest bucket), or with `at_least_one`
+    only a zero-length sequence, to one masked step. Either way the loops
+    see at least one step, so no `tf.cond` for an empty sequence is needed
+    around them (exact: a masked step reads nothing).
 
     Returns the padded directions, the padded mask (built when there was
     none: the padded steps must be masked) and the real number of steps.
     """
     inputs = directions[0].inputs
     steps = tf.shape(inputs)[1]
-    padding = tf.maximum(1 - steps, 0) if at_least_one else bucket_length(steps) - steps
+    padding = tf.maximum(1 - steps, 0) if at_least_one else bucket_length(tf.maximum(steps, 1)) - steps
     if mask is None:
         mask = tf.ones(tf.shape(inputs)[:2], tf.bool)
     mask = tf.pad(mask, [[0, 0], [0, padding]], constant_values=False)

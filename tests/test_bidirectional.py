@@ -317,10 +317,7 @@ def loop_switch():
         rec._XLA.enabled, rec.compiled._INLINE_STEP_LIMIT = xla, inline_step_limit
         rec.compiled._FUNCTIONAL_STEP_LIMIT = functional_step_limit
         rec.compiled._FUNCTIONAL_ROW_LIMIT = functional_row_limit
-        rec._loop_functions.cache_clear()
-        rec._compiled_runner.cache_clear()
-        rec.dispatch._counted_runner.cache_clear()
-        rec.compiled._SHARED_LEAVES.clear()
+        rec._clear_loop_caches()
 
     yield switch
     switch(**saved)

@@ -61,7 +61,7 @@ def _unknown_length_call(layer, masked):
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["no_mask", "mask"])
-@pytest.mark.parametrize("steps", LENGTHS)
+@pytest.mark.parametrize("steps", (0,) + LENGTHS)  # 0: padded to masked steps, no zero-length cond
 @pytest.mark.parametrize("cell_name", ["gru_reset_after", "lstm"])
 def test_unknown_length_is_exact(cell_name, steps, masked):
     case = make_case(cell_name, "concat", seed=steps, return_state=True)

@@ -1,7 +1,7 @@
 """The loops as functions: forward, keeping and backward, per loop key,
 plain or XLA-compiled, cached so that each loop structure is traced once.
 
-Inside a graph each direction can be its own loop (`_split_loop_functions`),
+Inside a graph each direction can be its own loop (`_split_loops`),
 which TensorFlow's executor runs at the same time as the others; otherwise
 all directions advance in one loop (`loops._forward_loop`).
 """
@@ -49,28 +49,35 @@ _XLA_FORMS = (True, "shared-xla")
 @functools.lru_cache(maxsize=None)
 def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
     """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
-    memory, and backward(flat, mask, memory, d_outputs) -> gradients. With
-    XLA, the loops (not backward's bulk matmuls) are compiled once per loop
-    structure and reused across calls (eagerly too); XLA compiles each once
-    per concrete input shape. An inference forward of one direction has two
-    XLA loops, for small and large steps (`_by_batch_size`); every plain
-    loop has two forms, functional and lowered (`_loop`). With `split`,
-    every direction has loops of its own (`_split_loop_functions`). `xla`
-    is as `_compiled` takes it."""
+    memory, and backward(flat, mask, memory, d_outputs) -> gradients: the
+    BPTT loops of `_loops`, then their sums over time (`_bulk_fn`)."""
+    forward, keeping, backward_loops = _loops(key, xla, split)
+    return forward, keeping, _with_bulk(key, backward_loops)
+
+
+@functools.lru_cache(maxsize=None)
+def _loops(key: LoopKey, xla, split: bool) -> LoopFunctions:
+    """The forward and keeping loops, and backward_loops(flat, mask, memory,
+    d_outputs) -> (records, d_initial) of every direction. With XLA, the
+    loops are compiled once per loop structure and reused across calls
+    (eagerly too); XLA compiles each once per concrete input shape. An
+    inference forward of one direction has two XLA loops, for small and
+    large steps (`_by_batch_size`); every plain loop has two forms,
+    functional and lowered (`_loop`). With `split`, every direction has
+    loops of its own (`_split_loops`). `xla` is as `_compiled` takes it."""
     if split:
-        return _split_loop_functions(key, xla)
+        return _split_loops(key, xla)
     # The shared forms read slices as XLA's do (`_time_loop`), in both.
     xla_reads = xla in (True, "shared", "shared-xla")
     # A functional loop reads every slice in the step (`_loop`).
     backward_loop = _loop(
         key, xla, "backward", lambda functional: _backward_loop_fn(key, xla_reads or functional, not functional)
     )
-    backward = _backward_fn(key, backward_loop)
     keeping = _loop(
         key, xla, "keeping", lambda functional: _forward_fn(key, xla_reads or functional, True, lowered=not functional)
     )
     if key.keep:
-        return keeping, keeping, backward
+        return keeping, keeping, backward_loop
     forward = _loop(
         key, xla, "forward",
         lambda functional: _forward_fn(key, xla_reads, False, read_in_step=functional, lowered=not functional),
@@ -79,7 +86,7 @@ def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
     if max_inline_batch:
         small = _compiled(key, xla, "small", _forward_fn(key, xla_reads, False, read_in_step=True))
         forward = _by_batch_size(max_inline_batch, small=small, large=forward)
-    return forward, keeping, backward
+    return forward, keeping, backward_loop
 
 
 def _loop(key: LoopKey, xla, role: str, make: Callable[[bool], Callable]) -> Callable:
@@ -126,12 +133,14 @@ def _backward_loop_fn(key: LoopKey, xla_reads: bool, lowered: bool) -> Callable:
     return backward_loop
 
 
-def _backward_fn(key: LoopKey, compiled_backward_loop: Callable) -> Callable:
+def _with_bulk(key: LoopKey, backward_loops: Callable) -> Callable:
     def backward(flat, mask, memory, d_flat_out):
-        # Only the loop is compiled: the sums over time are a few large
+        # Only the loops are compiled: the sums over time are a few large
         # matmuls that TensorFlow's own kernels run as fast, and leaving
-        # them out of XLA shortens the backward pass's compile time.
-        records, d_initial = compiled_backward_loop(flat, mask, memory, d_flat_out)
+        # them out of XLA shortens the backward pass's compile time. Out of
+        # the counted path's `tf.cond` too (`_chosen_loop_functions`): one
+        # copy serves both forms.
+        records, d_initial = backward_loops(flat, mask, memory, d_flat_out)
         directions = _unflatten(list(flat), key.specs)
         memory = _group_memory(directions, memory)
         return _bulk_gradients(directions, memory, records, d_initial, mask if key.has_mask else None)
@@ -170,17 +179,25 @@ def _shared_leaf(key: tuple, fn: Callable) -> Callable:
     return leaf
 
 
+def _clear_caches() -> None:
+    """Drops every cached loop function (`dispatch._clear_loop_caches`)."""
+    _loop_functions.cache_clear()
+    _loops.cache_clear()
+    _SHARED_LEAVES.clear()
+
+
 def _chosen_loop_functions(key: LoopKey, split: bool, use_compiled: tf.Tensor) -> LoopFunctions:
     """`_loop_functions`' three functions, each running the XLA-compiled
-    form where `use_compiled` holds and the plain one elsewhere (in a graph
-    XLA compiles a branch only when it runs). Both forms call the same
-    traced loops (`_shared_leaf`), so a new signature is traced once."""
-    compiled, plain = _loop_functions(key, "shared-xla", split), _loop_functions(key, "shared", split)
+    loops where `use_compiled` holds and the plain ones elsewhere (in a
+    graph XLA compiles a branch only when it runs). Both forms call the
+    same traced loops (`_shared_leaf`), so a new signature is traced once;
+    only the loops are under the `tf.cond`, not backward's sums over time."""
+    compiled, plain = _loops(key, "shared-xla", split), _loops(key, "shared", split)
 
     def choose(k):
         return lambda *args: tf.cond(use_compiled, lambda: compiled[k](*args), lambda: plain[k](*args))
 
-    return choose(0), choose(1), choose(2)
+    return choose(0), choose(1), _with_bulk(key, choose(2))
 
 
 def _max_inline_batch(specs: Sequence[DirectionSpec]) -> int:
@@ -219,10 +236,10 @@ def _by_batch_size(max_batch: int, small: Callable, large: Callable) -> Callable
     return chosen
 
 
-def _split_loop_functions(key: LoopKey, xla) -> LoopFunctions:
-    """The same three functions, made of one direction's loops each: in a
+def _split_loops(key: LoopKey, xla) -> LoopFunctions:
+    """`_loops`' three functions, made of one direction's loops each: in a
     graph TensorFlow's executor runs the directions' loops at the same time."""
-    parts = [_loop_functions(key._replace(specs=(spec,)), xla, False) for spec in key.specs]
+    parts = [_loops(key._replace(specs=(spec,)), xla, False) for spec in key.specs]
     inputs, memories = _input_splitter(key.specs), _memory_splitter(key.specs)
     outputs = _output_splitter(key.specs, key.return_sequences)
 
@@ -237,11 +254,13 @@ def _split_loop_functions(key: LoopKey, xla) -> LoopFunctions:
 
         return forward
 
-    def backward(flat, mask, memory, d_flat_out):
-        grads = []
+    def backward_loops(flat, mask, memory, d_flat_out):
+        records, d_initial = [], []
         pieces = zip(parts, inputs(flat), memories(memory), outputs(d_flat_out))
         for part, flat_part, part_memory, part_d_out in pieces:
-            grads.extend(part[2](flat_part, mask, part_memory, part_d_out))
-        return grads
+            part_records, part_d_initial = part[2](flat_part, mask, part_memory, part_d_out)
+            records.extend(part_records)
+            d_initial.extend(part_d_initial)
+        return records, d_initial
 
-    return forward_fn(0), forward_fn(1), backward
+    return forward_fn(0), forward_fn(1), backward_loops

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_birnn import bucketing, compile_policy
 from keras_birnn._tf_internal import carries_tangents, in_save_context, may_differentiate_twice
-from keras_birnn.recurrence.compiled import _chosen_loop_functions, _loop_functions
+from keras_birnn.recurrence.compiled import _chosen_loop_functions, _clear_caches, _loop_functions
 from keras_birnn.recurrence.gradients import _bptt
 from keras_birnn.recurrence.layout import (
     Direction,
@@ -74,8 +74,12 @@ def run(
 def _run_bucketed(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
     path = _path(directions, _flatten(directions), counter, bptt)
     if _compiles_per_length(directions, path):
+        # At least one (masked) step: no zero-length `tf.cond` around the
+        # loops, whose gradient would double the graph (`_run_path`).
         directions, mask, steps = bucketing.pad_time(directions, mask)
-        return bucketing.crop_time(_run(path, directions, mask, return_sequences, bptt, counter), steps)
+        flat = _flatten(directions)
+        results = _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case=False)
+        return bucketing.crop_time(results, steps)
     return _run(path, directions, mask, return_sequences, bptt, counter)
 
 
@@ -220,6 +224,14 @@ def _compiled_runner(key: LoopKey, split: bool) -> Callable:
     # loops: TensorFlow differentiates this function, never an XLA one.
     runner = functools.partial(_differentiable_loop, key, True, split)
     return tf.function(runner, reduce_retracing=True, autograph=False)
+
+
+def _clear_loop_caches() -> None:
+    """Drops every cached loop and runner, so that loops are built afresh
+    under changed limits (tests, `benchmarks/bench_loop_forms.py`)."""
+    _clear_caches()
+    _counted_runner.cache_clear()
+    _compiled_runner.cache_clear()
 
 
 def _differentiable_loop(key: LoopKey, xla, split: bool, flat, mask, use_compiled=None):
