@@ -41,6 +41,11 @@ _INLINE_STEP_LIMIT = 5_000_000
 # larger ones (benchmarks/README.md, "Plain loops: functional or lowered").
 _FUNCTIONAL_STEP_LIMIT = 1_000_000
 _FUNCTIONAL_ROW_LIMIT = 50_000
+# Training loops get the functional form only where a batch of this many
+# rows (Keras's default batch size) would run it: elsewhere it would serve
+# only a last partial batch, and costs a trace and a graph per loop role in
+# the first step (benchmarks/README.md, "The first step").
+_FUNCTIONAL_TRAINING_ROWS = 32
 
 # The forms of `_compiled` that XLA compiles.
 _XLA_FORMS = (True, "shared-xla")
@@ -95,16 +100,19 @@ def _loop(key: LoopKey, xla, role: str, make: Callable[[bool], Callable]) -> Cal
     Plain loops run as functional `While` ops for small steps (up to
     `_FUNCTIONAL_STEP_LIMIT` multiply-adds, and `_FUNCTIONAL_ROW_LIMIT`
     per row) and lowered otherwise, chosen by batch size
-    (`_by_batch_size`); docs/design.md, "Loops", says why. A functional
+    (`_by_batch_size`); training loops have a functional form only where
+    `_FUNCTIONAL_TRAINING_ROWS` rows would run it. docs/design.md, "The
+    loop", says why. A functional
     loop overlaps nothing across iterations, so it reads its slices in
     the step (all but what a cell asks to have materialised). XLA
     compiles the lowered form's loops (the flag means nothing to it)."""
     lowered = _compiled(key, xla, role, make(False))
     per_row = _step_size(key.specs)
-    if xla in _XLA_FORMS or per_row > _FUNCTIONAL_ROW_LIMIT:
+    max_rows = _FUNCTIONAL_STEP_LIMIT // per_row
+    if xla in _XLA_FORMS or per_row > _FUNCTIONAL_ROW_LIMIT or (key.keep and max_rows < _FUNCTIONAL_TRAINING_ROWS):
         return lowered
     functional = _compiled(key, xla, role + "/functional", make(True))
-    return _by_batch_size(_FUNCTIONAL_STEP_LIMIT // per_row, small=functional, large=lowered)
+    return _by_batch_size(max_rows, small=functional, large=lowered)
 
 
 def _forward_fn(
@@ -175,7 +183,9 @@ def _shared_leaf(key: tuple, fn: Callable) -> Callable:
     loops, `_loop`, each one more leaf.)"""
     leaf = _SHARED_LEAVES.get(key)
     if leaf is None:
-        leaf = _SHARED_LEAVES[key] = tf.function(fn, reduce_retracing=True, autograph=False)
+        leaf = _SHARED_LEAVES[key] = tf.function(
+            fn, reduce_retracing=True, autograph=False, experimental_attributes={"_noinline": True}
+        )
     return leaf
 
 
