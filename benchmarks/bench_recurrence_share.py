@@ -75,7 +75,9 @@ def _pos_model(peer: str, words, chars, tags):
     return keras.Model([word_ids, char_ids], probs)
 
 
-def _train_pos(peer: str, epochs: int, sentences: int) -> dict:
+def pos_setup(peer: str, epochs: int, sentences: int):
+    """The POS tagger's model (compiled, its learning-rate schedule over
+    `epochs`) and its training pipeline, for `peer`."""
     import keras
     import numpy as np
     import pos_tagging as pos
@@ -88,9 +90,13 @@ def _train_pos(peer: str, epochs: int, sentences: int) -> dict:
     model = _pos_model(peer, encoder.word_count, encoder.char_count, len(tags))
     steps = epochs * int(np.ceil(len(train_set) / 32))
     pos.compile_tagger(model, keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=steps, alpha=0.05))
+    return model, pos.training_data(train_set, 32, np.random.default_rng(0))
+
+
+def _train_pos(peer: str, epochs: int, sentences: int) -> dict:
+    model, data = pos_setup(peer, epochs, sentences)
     timer = _timer()
-    history = model.fit(pos.training_data(train_set, 32, np.random.default_rng(0)), epochs=epochs,
-                        callbacks=[timer], verbose=0, shuffle=False)
+    history = model.fit(data, epochs=epochs, callbacks=[timer], verbose=0, shuffle=False)
     return dict(epochs=timer.seconds, loss=history.history["loss"][-1], params=model.count_params())
 
 
@@ -108,7 +114,8 @@ def _classifier_model(peer: str, vocab: int):
     return keras.Model(word_ids, keras.layers.Dense(1, activation="sigmoid", name="positive")(pooled))
 
 
-def _train_classifier(peer: str, epochs: int, sentences: int) -> dict:
+def classifier_setup(peer: str, sentences: int):
+    """The classifier's model (compiled) and its training pipeline, for `peer`."""
     import keras
     import numpy as np
     import sentence_classification as sc
@@ -122,8 +129,13 @@ def _train_classifier(peer: str, epochs: int, sentences: int) -> dict:
     keras.utils.set_random_seed(0)
     model = _classifier_model(peer, len(vocab))
     model.compile(optimizer=keras.optimizers.Adam(1e-3, clipnorm=5.0), loss="binary_crossentropy")
+    return model, train.dataset()
+
+
+def _train_classifier(peer: str, epochs: int, sentences: int) -> dict:
+    model, data = classifier_setup(peer, sentences)
     timer = _timer()
-    history = model.fit(train.dataset(), epochs=epochs, callbacks=[timer], verbose=0, shuffle=False)
+    history = model.fit(data, epochs=epochs, callbacks=[timer], verbose=0, shuffle=False)
     return dict(epochs=timer.seconds, loss=history.history["loss"][-1], params=model.count_params())
 
 

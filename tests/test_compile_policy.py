@@ -207,3 +207,45 @@ def test_no_compilation_per_batch_size(tmp_path):
     assert varying == 0
     assert recurring > 0
     assert (7, 8, True) in report and (9, 1, False) in report, report
+
+
+
+def _training_graph(layer):
+    """The traced gradient of two calls of `layer` in training (unknown
+    batch and time sizes): the nodes of its own graph, and the functions
+    it calls."""
+
+    @tf.function(input_signature=UNKNOWN)
+    def gradients(x, mask):
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(layer(x, mask=mask, training=True))
+            total += tf.reduce_sum(layer(tf.reverse(x, [1]), mask=mask, training=True))
+        return tape.gradient(total, layer.trainable_variables)
+
+    graph_def = gradients.get_concrete_function(*UNKNOWN).graph.as_graph_def()
+    return list(graph_def.node), list(graph_def.library.function)
+
+
+# 101 units over 3 features: 31,512 multiply-adds per row, under the
+# per-row limit, but a 32-row batch is over the functional step limit.
+@pytest.mark.parametrize("units, functional", [(3, True), (101, False)])
+def test_training_graph_size(units, functional):
+    """What keeps the first training step short (the numbers: this file's
+    oracle tests, and test_bucketing's zero-length case). No `tf.cond`
+    around the loops but the counted path's, between the plain and
+    XLA-compiled loops (a bucketed call has at least one masked step, so
+    no zero-length cond, whose gradient doubled the graph); every loop is
+    in a non-inlined function, one per loop role, direction and form, which
+    both calls share; a functional form (a `_by_batch_size` cond in each
+    plain branch) only for a layer that a 32-row batch would run as one."""
+    nodes, functions = _training_graph(kb.Bidirectional(kb.GRUCell(units), return_sequences=True))
+    assert not [n.name for n in nodes if n.op in ("If", "StatelessIf", "While", "StatelessWhile")]
+    with_loops = [f for f in functions if any(n.op in ("While", "StatelessWhile") for n in f.node_def)]
+    assert all(f.attr["_noinline"].b and not f.attr["_XlaMustCompile"].b for f in with_loops)
+    # keeping and BPTT loops of two directions, in one or two forms
+    assert len(with_loops) == 4 * (2 if functional else 1), [f.signature.name for f in with_loops]
+    conds = [n.name for f in functions for n in f.node_def if n.op in ("If", "StatelessIf")]
+    # the forward cond (in the shared runner and in the copy TensorFlow
+    # rewrites for its gradient) and the BPTT's; with the functional form,
+    # one per direction in each plain branch
+    assert len(conds) == 3 + (4 if functional else 0), conds

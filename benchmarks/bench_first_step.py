@@ -1,0 +1,117 @@
+"""What the first training step of an example costs: tracing, graph
+optimisation and the first run, against Keras's twin and a model without
+recurrence.
+
+The first step of `model.fit` traces the training function, then
+TensorFlow optimises the traced graph (grappler) and runs it; every later
+step only runs it. For the POS tagger (`--variants bigru`) and the
+sentence classifier (`bi-attention`), with their own data, batches and
+optimizer (`bench_recurrence_share.pos_setup` / `classifier_setup`), each
+peer (kb, keras, and none: every recurrent layer replaced by a Dense, see
+`bench_recurrence_share.py`) is trained for `--steps` steps in a fresh
+process. Printed per run: the first step's seconds, the median of the
+later steps, and, read from TensorFlow's own log of the training graph's
+optimisation (`TF_CPP_VMODULE=meta_optimizer=1`), the graph's size when
+grappler received it (nodes, after TensorFlow inlined the functions it
+calls) and grappler's milliseconds on it. Results and command:
+benchmarks/README.md.
+
+    python -u benchmarks/bench_first_step.py --rounds 2
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from typing import Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = ("kb", "keras", "none")
+EXAMPLES = ("pos", "classifier")
+
+
+def child(example: str, peer: str, steps: int) -> None:
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import keras
+    import bench_recurrence_share as share
+
+    if example == "pos":
+        model, data = share.pos_setup(peer, 1, 1_000_000)
+    else:
+        model, data = share.classifier_setup(peer, 1_000_000)
+    ends = []
+
+    class StepTimer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            ends.append(time.perf_counter())
+
+        def on_train_batch_end(self, batch, logs=None):
+            ends.append(time.perf_counter())
+
+    model.fit(data, epochs=1, steps_per_epoch=steps, callbacks=[StepTimer()], verbose=0, shuffle=False)
+    seconds = [b - a for a, b in zip(ends, ends[1:])]
+    print("RESULT " + json.dumps(dict(first=seconds[0], later=statistics.median(seconds[1:]))), flush=True)
+
+
+def grappler(log: str) -> dict:
+    """Nodes in and milliseconds of grappler's passes over the training
+    function's graph (`multi_step_on_iterator`), from TensorFlow's log."""
+    nodes, millis, current = None, 0.0, False
+    for line in log.splitlines():
+        item = re.search(r"grappler item: (\S+)", line)
+        if item:
+            current = "multi_step_on_iterator" in item.group(1) and nodes is None
+            continue
+        size = re.search(r"Graph size after: (\d+) nodes \((-?\d+)\).*time = ([\d.]+)ms", line)
+        if current and size:
+            if not millis:
+                nodes = int(size.group(1)) - int(size.group(2))
+            millis += float(size.group(3))
+    return dict(nodes=nodes, grappler_ms=millis if nodes else None)
+
+
+def measure(example: str, peer: str, steps: int) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--child", example, peer, "--steps", str(steps)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="meta_optimizer=1", KERAS_BACKEND="tensorflow",
+               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"{example} {peer} failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(lines[-1][len("RESULT "):]), **grappler(done.stderr), load=os.getloadavg()[0])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", nargs="+", default=EXAMPLES, choices=EXAMPLES)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=20, help="training steps per run (default 20)")
+    parser.add_argument("--child", nargs=2, metavar=("EXAMPLE", "PEER"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args.child[0], args.child[1], args.steps)
+    if args.rounds < 1 or args.steps < 2:
+        parser.error("--rounds must be at least 1, --steps at least 2")
+    print(f"first training step, peers {', '.join(PEERS)} (none: no recurrence); "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
+    for example in args.examples:
+        firsts = {peer: [] for peer in PEERS}
+        for round_ in range(args.rounds):
+            for peer in PEERS if round_ % 2 == 0 else PEERS[::-1]:
+                r = measure(example, peer, args.steps)
+                firsts[peer].append(r["first"])
+                graph = f"{r['nodes']:6d} nodes, grappler {r['grappler_ms']:5.0f} ms" if r["nodes"] else "graph -"
+                print(f"{example:10s} round {round_ + 1} {peer:5s} first step {r['first']:5.2f} s | later "
+                      f"{1000 * r['later']:5.1f} ms | {graph} | load {r['load']:.1f}", flush=True)
+        median = {peer: statistics.median(v) for peer, v in firsts.items()}
+        print(f"{example}: first step (medians) kb {median['kb']:.2f} s, keras {median['keras']:.2f} s, none "
+              f"{median['none']:.2f} s; keras/kb x{median['keras'] / median['kb']:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
