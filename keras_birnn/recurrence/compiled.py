@@ -158,9 +158,10 @@ def _with_bulk(key: LoopKey, backward_loops: Callable) -> Callable:
 
 def _compiled(key: LoopKey, xla, role: str, fn: Callable) -> Callable:
     """`fn` as `xla` asks: True (XLA-compiled), "function" (a plain
-    tf.function: eager calls run graphs, not Python loops), False (inline
-    ops), "shared" / "shared-xla" (the plain and XLA forms of the counted
-    path, around one traced function per role, `_shared_leaf`)."""
+    tf.function, not inlined, as the counted path's loops: eager calls run
+    graphs, not Python loops), False (inline ops), "shared" / "shared-xla"
+    (the plain and XLA forms of the counted path, around one traced
+    function per role, `_shared_leaf`)."""
     if not xla:
         return fn
     if xla in ("shared", "shared-xla"):
@@ -168,7 +169,9 @@ def _compiled(key: LoopKey, xla, role: str, fn: Callable) -> Callable:
         if xla == "shared":
             return plain
         return tf.function(lambda *args: plain(*args), jit_compile=True, reduce_retracing=True, autograph=False)
-    return tf.function(fn, jit_compile=xla is True, reduce_retracing=True, autograph=False)
+    attributes = {"_noinline": True} if xla == "function" else None
+    return tf.function(fn, jit_compile=xla is True, reduce_retracing=True, autograph=False,
+                       experimental_attributes=attributes)
 
 
 _SHARED_LEAVES: dict = {}
