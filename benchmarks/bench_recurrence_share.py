@@ -38,7 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "..", "shared", "data")
@@ -75,7 +75,7 @@ def _pos_model(peer: str, words, chars, tags):
     return keras.Model([word_ids, char_ids], probs)
 
 
-def pos_setup(peer: str, epochs: int, sentences: int):
+def pos_setup(peer: str, epochs: int, sentences: int) -> Tuple[Any, Any]:
     """The POS tagger's model (compiled, its learning-rate schedule over
     `epochs`) and its training pipeline, for `peer`."""
     import keras
@@ -114,7 +114,7 @@ def _classifier_model(peer: str, vocab: int):
     return keras.Model(word_ids, keras.layers.Dense(1, activation="sigmoid", name="positive")(pooled))
 
 
-def classifier_setup(peer: str, sentences: int):
+def classifier_setup(peer: str, sentences: int) -> Tuple[Any, Any]:
     """The classifier's model (compiled) and its training pipeline, for `peer`."""
     import keras
     import numpy as np

@@ -14,7 +14,9 @@ long as its longest row) meets a new length at almost every batch, and each
 costs a compilation: a tagger-shaped model's first epoch took seven to nine
 times Keras's (benchmarks/README.md, "Variable lengths"). So such loops run on inputs
 padded at the end to the next bucket length, with the padded steps masked,
-and their outputs are cut back to the real length.
+and their outputs are cut back to the real length. A zero-length sequence
+is padded to the shortest bucket, so the loops always have a step and need
+no `tf.cond` for the empty case (its gradient doubled a training graph).
 
 This is exact, not an approximation: a masked step carries the state and
 its gradient through unchanged, so padding at the end changes neither the

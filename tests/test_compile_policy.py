@@ -209,7 +209,6 @@ def test_no_compilation_per_batch_size(tmp_path):
     assert (7, 8, True) in report and (9, 1, False) in report, report
 
 
-
 def _training_graph(layer):
     """The traced gradient of two calls of `layer` in training (unknown
     batch and time sizes): the nodes of its own graph, and the functions
@@ -238,6 +237,9 @@ def test_training_graph_size(units, functional):
     in a non-inlined function, one per loop role, direction and form, which
     both calls share; a functional form (a `_by_batch_size` cond in each
     plain branch) only for a layer that a 32-row batch would run as one."""
+    per_row = (F + units) * 3 * units
+    rows = kb.recurrence.compiled._FUNCTIONAL_STEP_LIMIT // per_row
+    assert per_row <= kb.recurrence.compiled._FUNCTIONAL_ROW_LIMIT and (rows >= 32) == functional
     nodes, functions = _training_graph(kb.Bidirectional(kb.GRUCell(units), return_sequences=True))
     assert not [n.name for n in nodes if n.op in ("If", "StatelessIf", "While", "StatelessWhile")]
     with_loops = [f for f in functions if any(n.op in ("While", "StatelessWhile") for n in f.node_def)]
@@ -249,3 +251,9 @@ def test_training_graph_size(units, functional):
     # rewrites for its gradient) and the BPTT's; with the functional form,
     # one per direction in each plain branch
     assert len(conds) == 3 + (4 if functional else 0), conds
+    # The BPTT's sums over time (matmuls) follow its cond, not in its branches.
+    by_name = {f.signature.name: f for f in functions}
+    [bptt] = [n for f in functions for n in f.node_def if n.op in ("If", "StatelessIf") and "IdentityN_grad" in n.name
+              and n.name.count("cond") == 1]
+    for branch in (bptt.attr["then_branch"].func.name, bptt.attr["else_branch"].func.name):
+        assert not [n.name for n in by_name[branch].node_def if n.op in ("MatMul", "BatchMatMulV2")], branch

@@ -49,7 +49,7 @@ that patches a function the package calls patches it where it is read
 """
 
 from keras_birnn.recurrence.compiled import _by_batch_size, _loop_functions
-from keras_birnn.recurrence.dispatch import _clear_loop_caches, _compiled_runner, run
+from keras_birnn.recurrence.dispatch import _clear_loop_caches, run
 from keras_birnn.recurrence.layout import Direction, DirectionResult
 from keras_birnn.recurrence.switches import (
     _XLA,

@@ -55,7 +55,7 @@ _XLA_FORMS = (True, "shared-xla")
 def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
     """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
     memory, and backward(flat, mask, memory, d_outputs) -> gradients: the
-    BPTT loops of `_loops`, then their sums over time (`_bulk_fn`)."""
+    BPTT loops of `_loops`, then their sums over time (`_with_bulk`)."""
     forward, keeping, backward_loops = _loops(key, xla, split)
     return forward, keeping, _with_bulk(key, backward_loops)
 
@@ -101,11 +101,11 @@ def _loop(key: LoopKey, xla, role: str, make: Callable[[bool], Callable]) -> Cal
     `_FUNCTIONAL_STEP_LIMIT` multiply-adds, and `_FUNCTIONAL_ROW_LIMIT`
     per row) and lowered otherwise, chosen by batch size
     (`_by_batch_size`); training loops have a functional form only where
-    `_FUNCTIONAL_TRAINING_ROWS` rows would run it. docs/design.md, "The
-    loop", says why. A functional
-    loop overlaps nothing across iterations, so it reads its slices in
-    the step (all but what a cell asks to have materialised). XLA
-    compiles the lowered form's loops (the flag means nothing to it)."""
+    `_FUNCTIONAL_TRAINING_ROWS` rows would run it (docs/design.md, "The
+    loop", says why). A functional loop overlaps nothing across
+    iterations, so it reads its slices in the step (all but what a cell
+    asks to have materialised). XLA compiles the lowered form's loops (the
+    flag means nothing to it)."""
     lowered = _compiled(key, xla, role, make(False))
     per_row = _step_size(key.specs)
     max_rows = _FUNCTIONAL_STEP_LIMIT // per_row
@@ -183,7 +183,11 @@ def _shared_leaf(key: tuple, fn: Callable) -> Callable:
     function: tracing a loop (not compiling it) is most of a new
     signature's graph-building time, and a graph holding both forms traced
     each loop twice. (A small layer's plain form also has functional
-    loops, `_loop`, each one more leaf.)"""
+    loops, `_loop`, each one more leaf.) Not inlined: TensorFlow
+    instantiates and optimises a leaf once for all its calls, where
+    inlined copies made a tagger's training graph more than twice as
+    large and its first step 1.6x as long (benchmarks/README.md, "The
+    first step")."""
     leaf = _SHARED_LEAVES.get(key)
     if leaf is None:
         leaf = _SHARED_LEAVES[key] = tf.function(

@@ -76,11 +76,19 @@ def _run_bucketed(directions, mask, return_sequences, bptt, counter) -> List[Dir
     if _compiles_per_length(directions, path):
         # At least one (masked) step: no zero-length `tf.cond` around the
         # loops, whose gradient would double the graph (`_run_path`).
-        directions, mask, steps = bucketing.pad_time(directions, mask)
-        flat = _flatten(directions)
-        results = _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case=False)
-        return bucketing.crop_time(results, steps)
+        return _run_padded(path, directions, mask, return_sequences, bptt, counter, at_least_one=False)
     return _run(path, directions, mask, return_sequences, bptt, counter)
+
+
+def _run_padded(path, directions, mask, return_sequences, bptt, counter, at_least_one: bool) -> List[DirectionResult]:
+    """The loops on inputs padded at the end (`bucketing.pad_time`: to the
+    bucket length, or to one step if there is none), which leaves them at
+    least one step, so without the zero-length `tf.cond`; outputs cropped
+    back to the real length."""
+    directions, mask, steps = bucketing.pad_time(directions, mask, at_least_one=at_least_one)
+    flat = _flatten(directions)
+    results = _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case=False)
+    return bucketing.crop_time(results, steps)
 
 
 # The paths whose loops XLA compiles (`_runner`): on them a graph traced
@@ -104,10 +112,7 @@ def _run(path, directions, mask, return_sequences, bptt, counter) -> List[Direct
         # a persistent or nested tape records ("Could not find external
         # tensor capture"): a zero-length sequence gets one masked step
         # instead (exact: a masked step reads nothing), and no cond.
-        directions, mask, steps = bucketing.pad_time(directions, mask, at_least_one=True)
-        flat = _flatten(directions)
-        results = _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case=False)
-        return bucketing.crop_time(results, steps)
+        return _run_padded(path, directions, mask, return_sequences, bptt, counter, at_least_one=True)
     return _run_path(path, directions, flat, mask, return_sequences, bptt, counter, _loops_may_branch())
 
 
