@@ -24,21 +24,19 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from typing import Optional, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEERS = ("kb", "keras", "none")
-EXAMPLES = ("pos", "classifier")
+import bench_recurrence_share as share  # this folder is on the path: the scripts run as scripts
+
+REPO = share.REPO
+PEERS, EXAMPLES = share.PEERS, share.EXAMPLES
 
 
 def child(example: str, peer: str, steps: int) -> None:
     sys.path.insert(0, os.path.join(REPO, "examples"))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import keras
-    import bench_recurrence_share as share
 
     if example == "pos":
         model, data = share.pos_setup(peer, 1, 1_000_000)
@@ -76,14 +74,9 @@ def grappler(log: str) -> dict:
 
 
 def measure(example: str, peer: str, steps: int) -> dict:
-    command = [sys.executable, os.path.abspath(__file__), "--child", example, peer, "--steps", str(steps)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="meta_optimizer=1", KERAS_BACKEND="tensorflow",
-               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"{example} {peer} failed:\n{done.stderr[-3000:]}")
-    return dict(json.loads(lines[-1][len("RESULT "):]), **grappler(done.stderr), load=os.getloadavg()[0])
+    result, log = share.run_child(__file__, [example, peer, "--steps", str(steps)],
+                                  TF_CPP_MIN_LOG_LEVEL="0", TF_CPP_VMODULE="meta_optimizer=1")
+    return dict(result, **grappler(log), load=os.getloadavg()[0])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -101,13 +94,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     for example in args.examples:
         firsts = {peer: [] for peer in PEERS}
-        for round_ in range(args.rounds):
-            for peer in PEERS if round_ % 2 == 0 else PEERS[::-1]:
-                r = measure(example, peer, args.steps)
-                firsts[peer].append(r["first"])
-                graph = f"{r['nodes']:6d} nodes, grappler {r['grappler_ms']:5.0f} ms" if r["nodes"] else "graph -"
-                print(f"{example:10s} round {round_ + 1} {peer:5s} first step {r['first']:5.2f} s | later "
-                      f"{1000 * r['later']:5.1f} ms | {graph} | load {r['load']:.1f}", flush=True)
+        for round_, peer in share.alternating(PEERS, args.rounds):
+            r = measure(example, peer, args.steps)
+            firsts[peer].append(r["first"])
+            graph = f"{r['nodes']:6d} nodes, grappler {r['grappler_ms']:5.0f} ms" if r["nodes"] else "graph -"
+            print(f"{example:10s} round {round_ + 1} {peer:5s} first step {r['first']:5.2f} s | later "
+                  f"{1000 * r['later']:5.1f} ms | {graph} | load {r['load']:.1f}", flush=True)
         median = {peer: statistics.median(v) for peer, v in firsts.items()}
         print(f"{example}: first step (medians) kb {median['kb']:.2f} s, keras {median['keras']:.2f} s, none "
               f"{median['none']:.2f} s; keras/kb x{median['keras'] / median['kb']:.2f}", flush=True)

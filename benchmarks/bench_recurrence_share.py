@@ -38,7 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "..", "shared", "data")
@@ -146,16 +146,29 @@ def child(example: str, peer: str, epochs: int, sentences: int) -> None:
     print("RESULT " + json.dumps(dict(result, load=os.getloadavg()[0])))
 
 
-def measure(example: str, peer: str, args: argparse.Namespace) -> dict:
-    command = [sys.executable, os.path.abspath(__file__), "--child", example, peer,
-               "--epochs", str(args.epochs), "--sentences", str(args.sentences)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
+def run_child(script: str, arguments: Sequence[str], **env: str) -> Tuple[dict, str]:
+    """`script --child arguments...` in a fresh process (this checkout
+    first on the path, `env` added to the environment): its last `RESULT`
+    line as a dict, and its standard error."""
+    command = [sys.executable, os.path.abspath(script), "--child", *arguments]
+    env = dict(os.environ, **{"TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow", **env},
                PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
-        raise SystemExit(f"{example} {peer} failed:\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+        raise SystemExit(f"{' '.join(arguments)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):]), done.stderr
+
+
+def alternating(peers: Sequence[str], rounds: int) -> Iterator[Tuple[int, str]]:
+    """(round, peer) for every run, the peers' order reversed every other round."""
+    for round_ in range(rounds):
+        for peer in peers if round_ % 2 == 0 else peers[::-1]:
+            yield round_, peer
+
+
+def measure(example: str, peer: str, args: argparse.Namespace) -> dict:
+    return run_child(__file__, [example, peer, "--epochs", str(args.epochs), "--sentences", str(args.sentences)])[0]
 
 
 def summary(example: str, runs: Dict[str, List[dict]]) -> str:
@@ -191,17 +204,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     for example in args.examples:
         runs = {peer: [] for peer in PEERS}
-        for round_ in range(args.rounds):
-            order = PEERS if round_ % 2 == 0 else PEERS[::-1]
-            for peer in order:
-                began = time.perf_counter()
-                result = measure(example, peer, args)
-                runs[peer].append(result)
-                epochs = " ".join(f"{s:5.1f}" for s in result["epochs"])
-                print(f"{example:10s} round {round_ + 1} {peer:5s} epochs {epochs} s | "
-                      f"final loss {result['loss']:.4f} | "
-                      f"{result['params']:,} params | process {time.perf_counter() - began:.0f} s | "
-                      f"load {result['load']:.1f}", flush=True)
+        for round_, peer in alternating(PEERS, args.rounds):
+            began = time.perf_counter()
+            result = measure(example, peer, args)
+            runs[peer].append(result)
+            epochs = " ".join(f"{s:5.1f}" for s in result["epochs"])
+            print(f"{example:10s} round {round_ + 1} {peer:5s} epochs {epochs} s | "
+                  f"final loss {result['loss']:.4f} | "
+                  f"{result['params']:,} params | process {time.perf_counter() - began:.0f} s | "
+                  f"load {result['load']:.1f}", flush=True)
         print(summary(example, runs), flush=True)
 
 

@@ -36,8 +36,9 @@ def _case(cell_name, merge_name="concat"):
 
 
 def _oracle(case, x, mask):
-    flat_x, flat_mask = x.reshape(-1, ELEMENTS, F), mask.reshape(-1, ELEMENTS)
-    return case.oracle(flat_mask, x=flat_x).reshape(2, ITEMS, -1)
+    """The oracle over every item of `[batch, items, elements, F]`."""
+    flat_x, flat_mask = x.reshape(-1, x.shape[2], F), mask.reshape(-1, x.shape[2])
+    return case.oracle(flat_mask, x=flat_x).reshape(x.shape[0], x.shape[1], -1)
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
@@ -118,7 +119,7 @@ def test_every_length_grouping_matches_oracle(length_groups, mode, monkeypatch):
     assert_all_close(outputs.numpy(), _oracle(case, x, mask))
     assert not outputs.numpy()[1, 1].any()
     short = call(x[:, :, :2], mask[:, :, :2])
-    assert_all_close(short.numpy(), _oracle_at(case, x[:, :, :2], mask[:, :, :2]))
+    assert_all_close(short.numpy(), _oracle(case, x[:, :, :2], mask[:, :, :2]))
 
 
 @pytest.mark.parametrize("training, threshold, taped, groups", [
@@ -171,11 +172,6 @@ def test_length_groups_round_trip():
     assert kb.NestedEncoder.from_config(config).length_groups == 2
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert restored.length_groups == 2
-
-
-def _oracle_at(case, x, mask):
-    flat_x, flat_mask = x.reshape(-1, x.shape[2], F), mask.reshape(-1, x.shape[2])
-    return case.oracle(flat_mask, x=flat_x).reshape(x.shape[0], x.shape[1], -1)
 
 
 def test_without_mask_every_item_is_encoded():

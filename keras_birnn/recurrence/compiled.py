@@ -50,12 +50,16 @@ _FUNCTIONAL_TRAINING_ROWS = 32
 # The forms of `_compiled` that XLA compiles.
 _XLA_FORMS = (True, "shared-xla")
 
+# The plain loops' tf.functions are not inlined into their callers
+# (`_shared_leaf` says why).
+_NOT_INLINED = {"_noinline": True}
 
-@functools.lru_cache(maxsize=None)
+
 def _loop_functions(key: LoopKey, xla, split: bool) -> LoopFunctions:
     """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
     memory, and backward(flat, mask, memory, d_outputs) -> gradients: the
-    BPTT loops of `_loops`, then their sums over time (`_with_bulk`)."""
+    BPTT loops of `_loops` (cached), then their sums over time
+    (`_with_bulk`)."""
     forward, keeping, backward_loops = _loops(key, xla, split)
     return forward, keeping, _with_bulk(key, backward_loops)
 
@@ -169,7 +173,7 @@ def _compiled(key: LoopKey, xla, role: str, fn: Callable) -> Callable:
         if xla == "shared":
             return plain
         return tf.function(lambda *args: plain(*args), jit_compile=True, reduce_retracing=True, autograph=False)
-    attributes = {"_noinline": True} if xla == "function" else None
+    attributes = _NOT_INLINED if xla == "function" else None
     return tf.function(fn, jit_compile=xla is True, reduce_retracing=True, autograph=False,
                        experimental_attributes=attributes)
 
@@ -191,14 +195,13 @@ def _shared_leaf(key: tuple, fn: Callable) -> Callable:
     leaf = _SHARED_LEAVES.get(key)
     if leaf is None:
         leaf = _SHARED_LEAVES[key] = tf.function(
-            fn, reduce_retracing=True, autograph=False, experimental_attributes={"_noinline": True}
+            fn, reduce_retracing=True, autograph=False, experimental_attributes=_NOT_INLINED
         )
     return leaf
 
 
 def _clear_caches() -> None:
     """Drops every cached loop function (`dispatch._clear_loop_caches`)."""
-    _loop_functions.cache_clear()
     _loops.cache_clear()
     _SHARED_LEAVES.clear()
 
