@@ -33,6 +33,31 @@ def activation_name(activation) -> str:
     return ""
 
 
+def differentiates_from_output(activation) -> bool:
+    """Whether `backprop` needs only the activation's output (a built-in
+    activation), so a step may keep outputs instead of pre-activations."""
+    return activation_name(activation) in _FROM_OUTPUT
+
+
+# One fused op each (`dy * (1 - y^2)`, `dy * y * (1 - y)`), where the
+# written-out product is four or five: a BPTT step outside XLA runs op by op.
+_FUSED_BACKPROP = {
+    "tanh": lambda y, dy: tf.raw_ops.TanhGrad(y=y, dy=dy),
+    "sigmoid": lambda y, dy: tf.raw_ops.SigmoidGrad(y=y, dy=dy),
+}
+
+
+def backprop(activation, upstream, output, pre_activation=None):
+    """`upstream * d activation / d pre_activation`, elementwise, at the
+    point where `activation` gave `output`: the gradient through the
+    activation. `pre_activation` is needed only where
+    `differentiates_from_output(activation)` is False."""
+    fused = _FUSED_BACKPROP.get(activation_name(activation))
+    if fused is not None:
+        return fused(output, upstream)
+    return upstream * derivative(activation, pre_activation, output)
+
+
 def derivative(activation, pre_activation, output):
     """d activation / d pre_activation, elementwise.
 

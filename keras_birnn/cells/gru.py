@@ -7,7 +7,7 @@ from keras import activations
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.cells.derivatives import derivative
+from keras_birnn.cells.derivatives import backprop, differentiates_from_output
 from keras_birnn.cells.step_math import column_sum
 
 
@@ -17,9 +17,11 @@ class GRUMath(NamedTuple):
     `reset_after=False` is the textbook's GRU: the reset gate scales the state
     before the recurrent matmul of the candidate. `reset_after=True` is
     Keras's (and cuDNN's) default: it scales the matmul's result. `saved`
-    holds the pre-activations of z, r and the candidate (and, after reset,
-    the candidate's recurrent term), so the backward step recomputes the
-    gates elementwise, with no matmul and no input projection.
+    holds z, r and the candidate (and, after reset, the candidate's
+    recurrent term), so the backward step needs no matmul and no input
+    projection to rebuild them: as activations where both activations
+    differentiate from their outputs (every built-in one), so it needs no
+    transcendental either; else as pre-activations.
     """
 
     activation: object
@@ -29,6 +31,10 @@ class GRUMath(NamedTuple):
     # Not a field (no annotation): `StepMath.materialize_saved`; only the
     # LSTM's one-tanh backward was measured faster materialised.
     materialize_saved = False
+
+    @property
+    def _saves_activations(self) -> bool:
+        return differentiates_from_output(self.activation) and differentiates_from_output(self.recurrent_activation)
 
     def saved_width(self, units: int) -> int:
         """Width of what `forward` saves per step for `backward`."""
@@ -51,7 +57,7 @@ class GRUMath(NamedTuple):
             pre_z, pre_r = x_z + h_z, x_r + h_r
             r = self.recurrent_activation(pre_r)
             pre_c = x_h + r * h_h
-            saved = tf.concat([pre_z, pre_r, pre_c, h_h], axis=-1)
+            extra = [h_h]
         else:
             units = recurrent_kernel.shape[0]
             gate_kernel, candidate_kernel = recurrent_kernel[:, : 2 * units], recurrent_kernel[:, 2 * units :]
@@ -59,9 +65,22 @@ class GRUMath(NamedTuple):
             pre_z, pre_r = x_z + h_z, x_r + h_r
             r = self.recurrent_activation(pre_r)
             pre_c = x_h + tf.matmul(r * h_in, candidate_kernel)
-            saved = tf.concat([pre_z, pre_r, pre_c], axis=-1)
+            extra = []
         z = self.recurrent_activation(pre_z)
-        return [z * h + (1.0 - z) * self.activation(pre_c)], saved
+        candidate = self.activation(pre_c)
+        kept = [z, r, candidate] if self._saves_activations else [pre_z, pre_r, pre_c]
+        return [z * h + (1.0 - z) * candidate], tf.concat(kept + extra, axis=-1)
+
+    def _gates(self, saved):
+        """((z, r, candidate), their pre-activations or Nones, the candidate's
+        recurrent term after reset or None) from what `forward` saved."""
+        parts = tf.split(saved, 4 if self.reset_after else 3, axis=-1)
+        h_h = parts[3] if self.reset_after else None
+        if self._saves_activations:
+            return tuple(parts[:3]), (None, None, None), h_h
+        pre_z, pre_r, pre_c = parts[:3]
+        rec = self.recurrent_activation
+        return (rec(pre_z), rec(pre_r), self.activation(pre_c)), (pre_z, pre_r, pre_c), h_h
 
     def backward(self, states, saved, transposed_kernel, state_mask, d_new):
         """One step back: returns (record, d_states).
@@ -75,21 +94,20 @@ class GRUMath(NamedTuple):
         h = states[0]
         units = h.shape[-1]
         h_in = h if state_mask is None else h * state_mask
-        pre_z, pre_r, pre_c = saved[:, :units], saved[:, units : 2 * units], saved[:, 2 * units : 3 * units]
-        z, r = self.recurrent_activation(pre_z), self.recurrent_activation(pre_r)
-        candidate = self.activation(pre_c)
+        (z, r, candidate), (pre_z, pre_r, pre_c), h_h = self._gates(saved)
+        rec = self.recurrent_activation
         d_h = d_new[0]
-        d_pre_c = d_h * (1.0 - z) * derivative(self.activation, pre_c, candidate)
-        d_pre_z = d_h * (h - candidate) * derivative(self.recurrent_activation, pre_z, z)
+        d_pre_c = backprop(self.activation, d_h * (1.0 - z), candidate, pre_c)
+        d_pre_z = backprop(rec, d_h * (h - candidate), z, pre_z)
         if self.reset_after:
-            d_pre_r = d_pre_c * saved[:, 3 * units :] * derivative(self.recurrent_activation, pre_r, r)
+            d_pre_r = backprop(rec, d_pre_c * h_h, r, pre_r)
             d_recurrent = tf.concat([d_pre_z, d_pre_r, d_pre_c * r], axis=-1)
             d_h_in = tf.matmul(d_recurrent, transposed_kernel)
             record = tf.concat([d_recurrent, d_pre_c], axis=-1)
         else:
             gate_kernel_t, candidate_kernel_t = transposed_kernel[: 2 * units], transposed_kernel[2 * units :]
             d_reset_in = tf.matmul(d_pre_c, candidate_kernel_t)
-            d_pre_r = d_reset_in * h_in * derivative(self.recurrent_activation, pre_r, r)
+            d_pre_r = backprop(rec, d_reset_in * h_in, r, pre_r)
             d_gates = tf.concat([d_pre_z, d_pre_r], axis=-1)
             d_h_in = tf.matmul(d_gates, gate_kernel_t) + d_reset_in * r
             record = tf.concat([d_gates, r * h_in, d_pre_c], axis=-1)

@@ -7,7 +7,7 @@ from keras import activations, initializers
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.cells.derivatives import activation_name, derivative
+from keras_birnn.cells.derivatives import activation_name, backprop
 from keras_birnn.cells.step_math import records_are_input_gradient, summed_kernel_gradient
 
 
@@ -76,13 +76,14 @@ class LSTMMath(NamedTuple):
         c_new = f * c + i * g
         tanh_c = self.activation(c_new)
         d_h, d_c = d_new
-        d_c = d_c + d_h * o * derivative(self.activation, c_new, tanh_c)
+        rec = self.recurrent_activation
+        d_c = d_c + backprop(self.activation, d_h * o, tanh_c, c_new)
         record = tf.concat(
             [
-                d_c * g * derivative(self.recurrent_activation, pre[0], i),
-                d_c * c * derivative(self.recurrent_activation, pre[1], f),
-                d_c * i * derivative(self.activation, pre[2], g),
-                d_h * tanh_c * derivative(self.recurrent_activation, pre[3], o),
+                backprop(rec, d_c * g, i, pre[0]),
+                backprop(rec, d_c * c, f, pre[1]),
+                backprop(self.activation, d_c * i, g, pre[2]),
+                backprop(rec, d_h * tanh_c, o, pre[3]),
             ],
             axis=-1,
         )

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.cells.derivatives import derivative
+from keras_birnn.cells.derivatives import backprop
 from keras_birnn.cells.step_math import records_are_input_gradient, summed_kernel_gradient
 
 
@@ -42,7 +42,7 @@ class SimpleRNNMath(NamedTuple):
     def backward(self, states, saved, transposed_kernel, state_mask, d_new):
         """One step back: returns (record, d_states); the record is the
         pre-activation gradient, summed over steps by the bulk gradients."""
-        d_pre = d_new[0] * derivative(self.activation, saved, self.activation(saved))
+        d_pre = backprop(self.activation, d_new[0], self.activation(saved), saved)
         d_h = tf.matmul(d_pre, transposed_kernel)
         if state_mask is not None:
             d_h = d_h * state_mask

@@ -54,7 +54,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     which also takes `lowered`)."""
     inputs_tm = [tf.transpose(d.inputs, [1, 0, 2]) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
-    mask_tm = None if mask is None else tf.expand_dims(tf.transpose(mask), -1)
+    mask_tm = _step_masks(mask, directions)
     span = _span(mask, steps)
     in_step = read_in_step or (keep_for_bptt and (xla_reads or _in_xla()))
     read = _forward_reads(directions, inputs_tm, mask_tm, span, in_step)
@@ -71,6 +71,23 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     return sequences, [list(s) for s in final_states], memory
 
 
+def _step_masks(mask: Optional[tf.Tensor], directions) -> Optional[List[tf.Tensor]]:
+    """Per direction, the mask time-major and as wide as its states
+    `[T, B, units]` (None without a mask). Broadcast once before the loop:
+    TensorFlow's select with a `[B, 1]` condition takes its broadcasting
+    path at every step, several times slower than one of equal shapes."""
+    if mask is None:
+        return None
+    mask_tm = tf.expand_dims(tf.transpose(mask), -1)
+    by_width = {}
+    for d in directions:
+        width = d.initial_states[0].shape[-1]
+        if width not in by_width:
+            shape = tf.concat([tf.shape(mask_tm)[:2], [width]], 0)
+            by_width[width] = tf.broadcast_to(mask_tm, shape)
+    return [by_width[d.initial_states[0].shape[-1]] for d in directions]
+
+
 def _forward_reads(directions, inputs_tm, mask_tm, span: _Span, in_step: bool) -> Callable[..., Reads]:
     """`read(i)` for `_time_loop`: per direction its input, then the mask."""
 
@@ -80,7 +97,7 @@ def _forward_reads(directions, inputs_tm, mask_tm, span: _Span, in_step: bool) -
             t = _time_index(d, i, span)
             current.append((_at(inputs_tm[k], t, span), in_step))
             if mask_tm is not None:
-                current.append((_at(mask_tm, t, span), in_step))
+                current.append((_at(mask_tm[k], t, span), in_step))
         return current
 
     return read
@@ -132,7 +149,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     direction the time-major stack of the cell's per-step records (from
     which the bulk gradients are summed) and the initial states' gradients."""
     steps = tf.shape(directions[0].inputs)[1]
-    mask_tm = None if mask is None else tf.expand_dims(tf.transpose(mask), -1)
+    mask_tm = _step_masks(mask, directions)
     span = _span(mask, steps)
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else tf.transpose(g, [1, 0, 2]) for g, _ in output_grads]
@@ -164,7 +181,7 @@ def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: 
             if d_seq_tm[k] is not None:
                 current.append((_at(d_seq_tm[k], t, span), in_xla))
             if mask_tm is not None:
-                current.append((_at(mask_tm, t, span), in_xla))
+                current.append((_at(mask_tm[k], t, span), in_xla))
         return current
 
     return read
