@@ -14,6 +14,13 @@ fresh process, alternating round by round:
   2 x 48; the sentence BiGRU by a Dense to the output the BiGRU gave (the
   tagger's tag softmax, the classifier's 2 x 64 per word).
 
+With `--bound`, a fourth peer, kb_compiled: kb with every loop shape
+XLA-compiled when first met (`kb.compilation(compile_after=1)`), whose
+later epochs are the fastest these loops train that model. The script then
+prints a bound on what any compile policy could give: kb's own epochs,
+each made faster by what compiled loops save in a later epoch, compiling
+free.
+
 "none" keeps everything else of a training step: embeddings, dropout, the
 character reshapes, the loss, the optimizer over (almost) the same
 embedding tables, the pipeline and `fit`. Its epoch is a floor under any
@@ -28,6 +35,7 @@ The data, batches, optimizer and seeds are the examples' own
 validation pass. Results and command: benchmarks/README.md.
 
     python -u benchmarks/bench_recurrence_share.py --rounds 2
+    python -u benchmarks/bench_recurrence_share.py --examples classifier --rounds 2 --bound
     python -u benchmarks/bench_recurrence_share.py --examples pos --quick   # a smoke run
 """
 
@@ -93,11 +101,22 @@ def pos_setup(peer: str, epochs: int, sentences: int) -> Tuple[Any, Any]:
     return model, pos.training_data(train_set, 32, np.random.default_rng(0))
 
 
-def _train_pos(peer: str, epochs: int, sentences: int) -> dict:
-    model, data = pos_setup(peer, epochs, sentences)
+def _fit(model, data, epochs: int, compile_all: bool) -> dict:
+    import contextlib
+    import keras_birnn as kb
     timer = _timer()
-    history = model.fit(data, epochs=epochs, callbacks=[timer], verbose=0, shuffle=False)
+    with kb.compilation(compile_after=1) if compile_all else contextlib.nullcontext():
+        history = model.fit(data, epochs=epochs, callbacks=[timer], verbose=0, shuffle=False)
     return dict(epochs=timer.seconds, loss=history.history["loss"][-1], params=model.count_params())
+
+
+def _train_pos(peer: str, epochs: int, sentences: int) -> dict:
+    model, data = pos_setup(_built_as(peer), epochs, sentences)
+    return _fit(model, data, epochs, peer == "kb_compiled")
+
+
+def _built_as(peer: str) -> str:
+    return "kb" if peer == "kb_compiled" else peer
 
 
 def _classifier_model(peer: str, vocab: int):
@@ -133,10 +152,8 @@ def classifier_setup(peer: str, sentences: int) -> Tuple[Any, Any]:
 
 
 def _train_classifier(peer: str, epochs: int, sentences: int) -> dict:
-    model, data = classifier_setup(peer, sentences)
-    timer = _timer()
-    history = model.fit(data, epochs=epochs, callbacks=[timer], verbose=0, shuffle=False)
-    return dict(epochs=timer.seconds, loss=history.history["loss"][-1], params=model.count_params())
+    model, data = classifier_setup(_built_as(peer), sentences)
+    return _fit(model, data, epochs, peer == "kb_compiled")
 
 
 def child(example: str, peer: str, epochs: int, sentences: int) -> None:
@@ -181,8 +198,26 @@ def summary(example: str, runs: Dict[str, List[dict]]) -> str:
         share = statistics.median((pick(r[1]) - pick(r[2])) / max(pick(r[0]) - pick(r[2]), 1e-9) for r in rows)
         return (f"keras/kb x{kb_:.2f}, keras/none x{keras_:.2f}, kb/none x{none:.2f}, "
                 f"recurrent part keras/kb x{share:.2f}")
-    return (f"{example}: all epochs: {ratios('all')}\n{example}: later epochs: {ratios('later')} "
+    text = (f"{example}: all epochs: {ratios('all')}\n{example}: later epochs: {ratios('later')} "
             f"(medians over {len(runs['kb'])} rounds)")
+    if runs.get("kb_compiled"):
+        text += "\n" + _bound(example, runs)
+    return text
+
+
+def _bound(example: str, runs: Dict[str, List[dict]]) -> str:
+    """keras/kb if every epoch of kb ran its loops at the compiled speed of
+    kb_compiled's later epochs, compiling free."""
+    def later(r):
+        return statistics.mean(r["epochs"][1:])
+
+    bounds, compiled = [], []
+    for kb_, keras_, best in zip(runs["kb"], runs["keras"], runs["kb_compiled"]):
+        saved = later(kb_) - later(best)
+        bounds.append(sum(keras_["epochs"]) / (sum(kb_["epochs"]) - len(kb_["epochs"]) * saved))
+        compiled.append(later(keras_) / later(best))
+    return (f"{example}: every loop compiled: later epochs keras/kb_compiled x{statistics.median(compiled):.2f}; "
+            f"all epochs at that speed, compiling free: keras/kb at most x{statistics.median(bounds):.2f}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -192,6 +227,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--sentences", type=int, default=1_000_000, help="training sentences kept (default all)")
     parser.add_argument("--quick", action="store_true", help="600 sentences: a smoke run")
+    parser.add_argument("--bound", action="store_true", help="also kb_compiled, every loop shape compiled when first met")
     parser.add_argument("--child", nargs=2, metavar=("EXAMPLE", "PEER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
@@ -200,16 +236,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return child(args.child[0], args.child[1], args.epochs, args.sentences)
     if min(args.rounds, args.epochs, args.sentences) < 1 or args.epochs < 2:
         parser.error("--rounds and --sentences must be at least 1, --epochs at least 2")
-    print(f"model.fit, {args.epochs} epochs, peers {', '.join(PEERS)} (none: no recurrence); "
+    peers = PEERS + (("kb_compiled",) if args.bound else ())
+    print(f"model.fit, {args.epochs} epochs, peers {', '.join(peers)} (none: no recurrence); "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     for example in args.examples:
-        runs = {peer: [] for peer in PEERS}
-        for round_, peer in alternating(PEERS, args.rounds):
+        runs = {peer: [] for peer in peers}
+        for round_, peer in alternating(peers, args.rounds):
             began = time.perf_counter()
             result = measure(example, peer, args)
             runs[peer].append(result)
             epochs = " ".join(f"{s:5.1f}" for s in result["epochs"])
-            print(f"{example:10s} round {round_ + 1} {peer:5s} epochs {epochs} s | "
+            print(f"{example:10s} round {round_ + 1} {peer:11s} epochs {epochs} s | "
                   f"final loss {result['loss']:.4f} | "
                   f"{result['params']:,} params | process {time.perf_counter() - began:.0f} s | "
                   f"load {result['load']:.1f}", flush=True)
