@@ -212,6 +212,35 @@ def test_call_time_initial_state_list(cell_name, merge_name):
             np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4, err_msg=f"initial_state[{k}]")
 
 
+@pytest.mark.parametrize("cell_name", CELLS)
+def test_call_time_initial_state_of_unknown_width(cell_name):
+    """States handed in as graph inputs of unknown shape, with a mask: the
+    loops and cells take their widths from the weights, not from the
+    states (a state of unknown width once failed the masks' broadcast, the
+    LSTM's gate scales and the classic GRU's BPTT). Outputs and the inputs'
+    gradients are the oracle's."""
+    case = make_case(cell_name, "concat", seed=17, return_sequences=True)
+    rng = case.rng
+    fw_init = [rng.normal(scale=0.5, size=(B, U)).astype(np.float32) for _ in range(case.n_states)]
+    bw_init = [rng.normal(scale=0.5, size=(B, U)).astype(np.float32) for _ in range(case.n_states)]
+    n = 2 * case.n_states
+    spec = [tf.TensorSpec([None, None, case.x.shape[-1]]), tf.TensorSpec([None, None], tf.bool)]
+    spec += [tf.TensorSpec([None, None])] * n
+    d_output = _sequence_d_output(case)
+
+    @tf.function(input_signature=spec)
+    def run(x, mask, *states):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = case.layer(x, mask=mask, initial_state=list(states), training=True)
+        return y, tape.gradient(y, x, output_gradients=tf.constant(d_output, tf.float32))
+
+    y, d_x = run(case.x, np.asarray(MASK, bool), *fw_init, *bw_init)
+    assert_all_close(y.numpy(), case.oracle(MASK, fw_initial=fw_init, bw_initial=bw_init))
+    oracle = case.oracle_grads(d_output, MASK, fw_initial=fw_init, bw_initial=bw_init)
+    np.testing.assert_allclose(d_x.numpy(), oracle["x"], atol=1e-4, rtol=1e-4)
+
+
 # --- XLA -----------------------------------------------------------------------
 
 

@@ -34,8 +34,9 @@ def activation_name(activation) -> str:
 
 
 def differentiates_from_output(activation) -> bool:
-    """Whether `backprop` needs only the activation's output (a built-in
-    activation), so a step may keep outputs instead of pre-activations."""
+    """Whether `backprop` needs only the activation's output (tanh,
+    sigmoid, linear, relu: `activation_name`), so a step may keep outputs
+    instead of pre-activations."""
     return activation_name(activation) in _FROM_OUTPUT
 
 

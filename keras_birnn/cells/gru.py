@@ -20,8 +20,8 @@ class GRUMath(NamedTuple):
     holds z, r and the candidate (and, after reset, the candidate's
     recurrent term), so the backward step needs no matmul and no input
     projection to rebuild them: as activations where both activations
-    differentiate from their outputs (every built-in one), so it needs no
-    transcendental either; else as pre-activations.
+    differentiate from their outputs (tanh, sigmoid, linear, relu), so it
+    needs no transcendental either; else as pre-activations.
     """
 
     activation: object
@@ -92,7 +92,7 @@ class GRUMath(NamedTuple):
         reset it is the candidate matmul's left operand (`r * h_in`).
         """
         h = states[0]
-        units = h.shape[-1]
+        units = transposed_kernel.shape[-1]  # static, where a state passed in may not be
         h_in = h if state_mask is None else h * state_mask
         (z, r, candidate), (pre_z, pre_r, pre_c), h_h = self._gates(saved)
         rec = self.recurrent_activation

@@ -63,7 +63,7 @@ class LSTMMath(NamedTuple):
         h_in = h if state_mask is None else h * state_mask
         saved = projected + tf.matmul(h_in, recurrent_kernel)
         if self._one_tanh:
-            saved = tf.tanh(saved * _half_for_sigmoid_gates(h.shape[-1], saved.dtype))
+            saved = tf.tanh(saved * _half_for_sigmoid_gates(recurrent_kernel.shape[0], saved.dtype))
         _, (i, f, g, o) = self._gates(saved)
         c_new = f * c + i * g
         return [o * self.activation(c_new), c_new], saved

@@ -7,8 +7,8 @@ projecting the whole sequence up front: with the per-step reads of
 without them (benchmarks/README.md).
 
 The forward loop can keep, per step, the incoming states and what the
-cell's step maths save (the gates' pre-activations, or an LSTM's
-activations, so the backward step needs no matmul to rebuild them). The
+cell's step maths save (the gates' activations or pre-activations, as each
+cell chooses, so the backward step needs no matmul to rebuild them). The
 backward loop walks every direction back over its own time order (the
 forward direction from the last step to the first, the backward one from
 the first to the last) and records each step's gate gradients, from which
@@ -81,11 +81,12 @@ def _step_masks(mask: Optional[tf.Tensor], directions) -> Optional[List[tf.Tenso
     mask_tm = tf.expand_dims(tf.transpose(mask), -1)
     by_width = {}
     for d in directions:
-        width = d.initial_states[0].shape[-1]
+        # The units, always static (a state passed in may not know its width).
+        width = d.recurrent_kernel.shape[0]
         if width not in by_width:
             shape = tf.concat([tf.shape(mask_tm)[:2], [width]], 0)
             by_width[width] = tf.broadcast_to(mask_tm, shape)
-    return [by_width[d.initial_states[0].shape[-1]] for d in directions]
+    return [by_width[d.recurrent_kernel.shape[0]] for d in directions]
 
 
 def _forward_reads(directions, inputs_tm, mask_tm, span: _Span, in_step: bool) -> Callable[..., Reads]:
