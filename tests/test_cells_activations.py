@@ -82,6 +82,9 @@ CELLS = {
         lambda u: kb.GRUCell(u, reset_after=False, activation=relu),
     ),
     "simple_sigmoid": ("simple", {"activation": "sigmoid"}, lambda u: kb.SimpleRNNCell(u, activation="sigmoid")),
+    # Built-ins the BPTT differentiates from the outputs the forward kept.
+    "simple_linear": ("simple", {"activation": "linear"}, lambda u: kb.SimpleRNNCell(u, activation="linear")),
+    "gru_relu": ("gru", {"reset_after": True, "activation": "relu"}, lambda u: kb.GRUCell(u, activation="relu")),
     "simple_user_named_linear": (
         "simple", {"activation": HALF_LINEAR}, lambda u: kb.SimpleRNNCell(u, activation=linear),
     ),

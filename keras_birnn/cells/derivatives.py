@@ -3,15 +3,6 @@
 import tensorflow as tf
 from keras import activations, ops
 
-# Derivatives in terms of the activation's output: no extra transcendental.
-_FROM_OUTPUT = {
-    "tanh": lambda y: 1.0 - tf.square(y),
-    "sigmoid": lambda y: y * (1.0 - y),
-    "linear": tf.ones_like,
-    "relu": lambda y: tf.cast(y > 0, y.dtype),
-}
-
-
 # The functions known by name, matched by identity: Keras serialises any
 # plain function by its `__name__`, so a user's own `def tanh(x): return
 # 2 * tf.tanh(x)` would pass for Keras's tanh and get tanh's derivative.
@@ -33,42 +24,35 @@ def activation_name(activation) -> str:
     return ""
 
 
-def differentiates_from_output(activation) -> bool:
-    """Whether `backprop` needs only the activation's output (tanh,
-    sigmoid, linear, relu: `activation_name`), so a step may keep outputs
-    instead of pre-activations."""
-    return activation_name(activation) in _FROM_OUTPUT
-
-
-# One fused op each (`dy * (1 - y^2)`, `dy * y * (1 - y)`), where the
-# written-out product is four or five: a BPTT step outside XLA runs op by op.
-_FUSED_BACKPROP = {
+# The gradient through each known activation from its output `y` and the
+# upstream gradient `dy`, one op each where TensorFlow has a fused one
+# (`dy * (1 - y^2)` written out is four ops: a BPTT step outside XLA runs
+# op by op). ReLU's output is positive exactly where its input is.
+_FROM_OUTPUT = {
     "tanh": lambda y, dy: tf.raw_ops.TanhGrad(y=y, dy=dy),
     "sigmoid": lambda y, dy: tf.raw_ops.SigmoidGrad(y=y, dy=dy),
+    "linear": lambda y, dy: dy,
+    "relu": lambda y, dy: tf.raw_ops.ReluGrad(gradients=dy, features=y),
 }
+
+
+def differentiates_from_output(*activations) -> bool:
+    """Whether `backprop` needs only the output of each of `activations`
+    (tanh, sigmoid, linear, relu: `activation_name`), so a step may keep
+    outputs instead of pre-activations."""
+    return all(activation_name(a) in _FROM_OUTPUT for a in activations)
 
 
 def backprop(activation, upstream, output, pre_activation=None):
     """`upstream * d activation / d pre_activation`, elementwise, at the
     point where `activation` gave `output`: the gradient through the
-    activation. `pre_activation` is needed only where
-    `differentiates_from_output(activation)` is False."""
-    fused = _FUSED_BACKPROP.get(activation_name(activation))
-    if fused is not None:
-        return fused(output, upstream)
-    return upstream * derivative(activation, pre_activation, output)
-
-
-def derivative(activation, pre_activation, output):
-    """d activation / d pre_activation, elementwise.
-
-    Known activations use their output; any other elementwise activation
-    (a user's callable) is differentiated by TensorFlow on this one step.
-    """
+    activation. Known activations use their output; any other elementwise
+    activation (a user's callable) is differentiated by TensorFlow on this
+    one step, from `pre_activation`, needed only then."""
     from_output = _FROM_OUTPUT.get(activation_name(activation))
     if from_output is not None:
-        return from_output(output)
+        return from_output(output, upstream)
     with tf.GradientTape() as tape:
         tape.watch(pre_activation)
         recomputed = activation(pre_activation)
-    return tape.gradient(recomputed, pre_activation)
+    return tape.gradient(recomputed, pre_activation, output_gradients=upstream)

@@ -34,7 +34,7 @@ class GRUMath(NamedTuple):
 
     @property
     def _saves_activations(self) -> bool:
-        return differentiates_from_output(self.activation) and differentiates_from_output(self.recurrent_activation)
+        return differentiates_from_output(self.activation, self.recurrent_activation)
 
     def saved_width(self, units: int) -> int:
         """Width of what `forward` saves per step for `backward`."""

@@ -6,16 +6,17 @@ import tensorflow as tf
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
-from keras_birnn.cells.derivatives import backprop
+from keras_birnn.cells.derivatives import backprop, differentiates_from_output
 from keras_birnn.cells.step_math import records_are_input_gradient, summed_kernel_gradient
 
 
 class SimpleRNNMath(NamedTuple):
     """Pure step maths: forward, and its derivative for BPTT.
 
-    `projected` is `x_t U + b`; `saved` is the pre-activation
-    `projected + h_in W`, all the backward step needs: the backward pass
-    neither recomputes the input projection nor keeps it.
+    `projected` is `x_t U + b`; `saved` is the step's output where the
+    activation differentiates from it (tanh, sigmoid, linear, relu), else
+    the pre-activation `projected + h_in W`: all the backward step needs,
+    which neither recomputes the input projection nor keeps it.
     """
 
     activation: object
@@ -34,15 +35,23 @@ class SimpleRNNMath(NamedTuple):
         """Width of what `backward` records per step for the bulk gradients."""
         return units
 
+    @property
+    def _saves_activation(self) -> bool:
+        return differentiates_from_output(self.activation)
+
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h_in = states[0] if state_mask is None else states[0] * state_mask
         pre = projected + tf.matmul(h_in, recurrent_kernel)
-        return [self.activation(pre)], pre
+        output = self.activation(pre)
+        return [output], output if self._saves_activation else pre
 
     def backward(self, states, saved, transposed_kernel, state_mask, d_new):
         """One step back: returns (record, d_states); the record is the
         pre-activation gradient, summed over steps by the bulk gradients."""
-        d_pre = backprop(self.activation, d_new[0], self.activation(saved), saved)
+        if self._saves_activation:
+            d_pre = backprop(self.activation, d_new[0], saved)
+        else:
+            d_pre = backprop(self.activation, d_new[0], self.activation(saved), saved)
         d_h = tf.matmul(d_pre, transposed_kernel)
         if state_mask is not None:
             d_h = d_h * state_mask

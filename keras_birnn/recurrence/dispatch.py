@@ -74,8 +74,6 @@ def run(
 def _run_bucketed(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
     path = _path(directions, _flatten(directions), counter, bptt)
     if _compiles_per_length(directions, path):
-        # At least one (masked) step: no zero-length `tf.cond` around the
-        # loops, whose gradient would double the graph (`_run_path`).
         return _run_padded(path, directions, mask, return_sequences, bptt, counter, at_least_one=False)
     return _run(path, directions, mask, return_sequences, bptt, counter)
 
