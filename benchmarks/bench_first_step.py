@@ -13,7 +13,8 @@ process. Printed per run: the first step's seconds, the median of the
 later steps, and, read from TensorFlow's own log of the training graph's
 optimisation (`TF_CPP_VMODULE=meta_optimizer=1`), the graph's size when
 grappler received it (nodes, after TensorFlow inlined the functions it
-calls) and grappler's milliseconds on it. Results and command:
+inlines; the others, like a `tf.while_loop`'s body in Keras's layers,
+are optimised apart and not counted) and grappler's milliseconds on it. Results and command:
 benchmarks/README.md.
 
     python -u benchmarks/bench_first_step.py --rounds 2
@@ -24,24 +25,18 @@ import json
 import os
 import re
 import statistics
-import sys
 import time
 from typing import Optional, Sequence
 
 import bench_recurrence_share as share  # this folder is on the path: the scripts run as scripts
 
-REPO = share.REPO
 PEERS, EXAMPLES = share.PEERS, share.EXAMPLES
 
 
 def child(example: str, peer: str, steps: int) -> None:
-    sys.path.insert(0, os.path.join(REPO, "examples"))
     import keras
 
-    if example == "pos":
-        model, data = share.pos_setup(peer, 1, 1_000_000)
-    else:
-        model, data = share.classifier_setup(peer, 1_000_000)
+    model, data = share.setup(example, peer, 1, 1_000_000)
     ends = []
 
     class StepTimer(keras.callbacks.Callback):
@@ -58,7 +53,9 @@ def child(example: str, peer: str, steps: int) -> None:
 
 def grappler(log: str) -> dict:
     """Nodes in and milliseconds of grappler's passes over the training
-    function's graph (`multi_step_on_iterator`), from TensorFlow's log."""
+    function's graph (`multi_step_on_iterator`), from TensorFlow's log:
+    that graph only, not the functions it calls without inlining them
+    (optimised as items of their own, as a `tf.while_loop`'s body is)."""
     nodes, millis, current = None, 0.0, False
     for line in log.splitlines():
         item = re.search(r"grappler item: (\S+)", line)
@@ -67,7 +64,7 @@ def grappler(log: str) -> dict:
             continue
         size = re.search(r"Graph size after: (\d+) nodes \((-?\d+)\).*time = ([\d.]+)ms", line)
         if current and size:
-            if not millis:
+            if nodes is None:  # the first pass: the size it received
                 nodes = int(size.group(1)) - int(size.group(2))
             millis += float(size.group(3))
     return dict(nodes=nodes, grappler_ms=millis if nodes else None)

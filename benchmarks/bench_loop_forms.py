@@ -6,7 +6,8 @@ functional `While` op (the step called as one function per iteration).
 `keras_birnn.recurrence.compiled._FUNCTIONAL_STEP_LIMIT` picks the
 functional form up to that many multiply-adds per step (rows x (features +
 units) x gate width, per loop: one direction per loop in graphs), and up to
-`_FUNCTIONAL_ROW_LIMIT` per row. This script times one call of a
+`_FUNCTIONAL_ROW_LIMIT` per row; a training loop only where a batch of
+`_FUNCTIONAL_TRAINING_ROWS` rows would run it. This script times one call of a
 `kb.Bidirectional(cell(units), return_sequences=True)` under
 `kb.xla_disabled()`, traced with unknown batch and time sizes as
 `model.fit` and `predict` trace it, with each form forced (the limit set

@@ -1,4 +1,5 @@
-"""benchmarks/bench_examples.py's parts that run in child processes.
+"""benchmarks/bench_examples.py's parts that run in child processes, and
+the arithmetic of two other benchmarks (a log parsed, a bound computed).
 
 Its children are the examples (tested in their own files) and a latency
 script given to `python -c`; the script is checked here on the demo's
@@ -19,11 +20,36 @@ from helpers import REPO
 from keras_birnn import demo
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_examples", os.path.join(REPO, "benchmarks", "bench_examples.py"))
+def load_bench(name="bench_examples"):
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))  # the scripts import each other
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "benchmarks", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_first_step_reads_the_training_graph_from_the_log():
+    """The size grappler received (after minus change, of the first pass,
+    even a pass of 0 ms) and all its passes' time, of the training graph only."""
+    log = "\n".join([
+        "grappler item: __inference_multi_step_on_iterator_123",
+        "  Graph size after: 100 nodes (-20), 7 edges (0), time = 0ms.",
+        "  Graph size after: 90 nodes (-10), 5 edges (0), time = 5.5ms.",
+        "grappler item: __inference_backward_loop_9",
+        "  Graph size after: 10 nodes (0), 1 edges (0), time = 7ms.",
+    ])
+    assert load_bench("bench_first_step").grappler(log) == {"nodes": 120, "grappler_ms": 5.5}
+
+
+def test_recurrence_share_bound():
+    """keras/kb with each kb epoch shortened by what compiled loops save in
+    a later epoch; never below kb's own ratio when compiled loops are slower."""
+    share = load_bench("bench_recurrence_share")
+    runs = {"kb": [{"epochs": [3.7, 2.4]}], "keras": [{"epochs": [5.0, 2.7]}], "kb_compiled": [{"epochs": [8.8, 1.7]}]}
+    assert share._bound("c", runs).endswith("keras/kb_compiled x1.59; all epochs at that speed, "
+                                            "compiling free: keras/kb at most x1.64")  # 7.7 / (6.1 - 2 * 0.7)
+    runs["kb_compiled"] = [{"epochs": [8.8, 3.0]}]
+    assert share._bound("c", runs).endswith("at most x1.26")  # 7.7 / 6.1: no saving
 
 
 def test_latency_script_compiles_and_commands_name_the_examples():
