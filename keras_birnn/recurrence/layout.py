@@ -15,6 +15,26 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from keras_birnn.cells.step_math import StepMath
+from keras_birnn.recurrence.switches import _integer_transposes
+
+# The integer type of each float type's width that TensorFlow's CPU build
+# hands to oneDNN's transpose (`_transposed`).
+_SAME_WIDTH_INTEGER = {tf.float32: tf.int32, tf.bfloat16: tf.int16}
+
+
+def _transposed(x: tf.Tensor, perm: Optional[Sequence[int]] = None) -> tf.Tensor:
+    """`tf.transpose(x, perm)`; where TensorFlow does not differentiate it
+    (`switches._integer_transposes`), a float32 or bfloat16 tensor's bits
+    are moved as integers. On CPU, TensorFlow rewrites every
+    float32 and bfloat16 `Transpose` to oneDNN's, which for the small
+    tensors of a loop's call (batch and time to swap, before and after the
+    loops) took 12-18 us where the integer one, Eigen's, took 3 (some 8%
+    of a classifier's training step, benchmarks/README.md, "The plain-loop
+    floor"). Exact: a bitcast copies nothing and changes no bit."""
+    integer = _SAME_WIDTH_INTEGER.get(x.dtype)
+    if integer is None or not _integer_transposes():
+        return tf.transpose(x, perm)
+    return tf.bitcast(tf.transpose(tf.bitcast(x, integer), perm), x.dtype)
 
 
 class Direction(NamedTuple):

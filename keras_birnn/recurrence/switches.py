@@ -32,6 +32,10 @@ class _EmptyCase:
     enabled = True
 
 
+class _IntegerTranspose:
+    enabled = True
+
+
 @contextlib.contextmanager
 def _switched_off(setting: Type) -> Iterator[None]:
     """Sets `setting.enabled` to False for the `with` block."""
@@ -97,6 +101,23 @@ def _loops_may_branch() -> bool:
     case of `dispatch`, `kb.NestedEncoder`'s choice of length groups. Not
     inside `_no_empty_case`."""
     return _EmptyCase.enabled
+
+
+def _autodiff_loops():
+    """Loops traced inside are differentiated by TensorFlow's autodiff
+    (`loops._plain_loop`: forward-mode derivatives, second-order gradients,
+    exported graphs), so their transposes stay `tf.transpose`: a bitcast
+    (`layout._transposed`) has no gradient. Read when functions are traced."""
+    return _switched_off(_IntegerTranspose)
+
+
+def _integer_transposes() -> bool:
+    """Whether a transpose traced now may move a float's bits as an integer
+    of the same width (`layout._transposed`): not under TensorFlow's
+    autodiff (`_autodiff_loops`). Inside XLA too: the counted path's plain
+    and XLA forms share one traced loop (`compiled._shared_leaf`), and XLA
+    fuses the bitcasts into its transpose."""
+    return _IntegerTranspose.enabled
 
 
 def _forward_only():
