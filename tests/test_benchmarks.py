@@ -1,5 +1,6 @@
-"""benchmarks/bench_examples.py's parts that run in child processes, and
-the arithmetic of two other benchmarks (a log parsed, a bound computed).
+"""benchmarks/bench_examples.py's parts that run in child processes, the
+arithmetic of two other benchmarks (a log parsed, a bound computed), and
+bench_plain_floor.py's hand-written reference against kb's numbers.
 
 Its children are the examples (tested in their own files) and a latency
 script given to `python -c`; the script is checked here on the demo's
@@ -50,6 +51,26 @@ def test_recurrence_share_bound():
                                             "compiling free: keras/kb at most x1.64")  # 7.7 / (6.1 - 2 * 0.7)
     runs["kb_compiled"] = [{"epochs": [8.8, 3.0]}]
     assert share._bound("c", runs).endswith("at most x1.26")  # 7.7 / 6.1: no saving
+
+
+def test_plain_floor_reference_computes_kb_outputs_and_gradients():
+    """bench_plain_floor's hand-written BiGRU, given kb's weights, matches
+    kb's outputs and gradients on right-padded batches of three lengths
+    (what the script checks before timing), and the check can fail: the
+    reference with the two directions' weights swapped differs."""
+    import keras_birnn as kb
+
+    floor = load_bench("bench_plain_floor")
+    batch, time_size, features, units, _ = floor.SHAPES["quick"]
+    layer = kb.Bidirectional(kb.GRUCell(units), return_sequences=True)
+    layer.build((None, None, features))
+    weights = [v.value for v in layer.trainable_variables]
+    data = floor.batches(batch, time_size, features)
+    functions = {"kb": floor.layer_functions(layer, features),
+                 "minimal": floor.minimal_functions(weights[:3], weights[3:], features)}
+    assert floor.largest_difference(functions, data) < 1e-5
+    functions["minimal"] = floor.minimal_functions(weights[3:], weights[:3], features)
+    assert floor.largest_difference(functions, data) > 1e-3
 
 
 def test_latency_script_compiles_and_commands_name_the_examples():
