@@ -1,4 +1,4 @@
-"""How much faster could any plain TensorFlow loop run these models' BiGRUs?
+"""How close are keras_birnn's plain loops to the leanest plain TensorFlow BiGRU we know?
 
 Where a model trains or predicts in too few steps for an XLA compilation
 to pay (`compile_policy`), its recurrences run as plain TensorFlow loops,
@@ -20,9 +20,11 @@ that issue 18's remaining targets name, each peer called in turn:
 
 Before timing, each shape checks that the hand-written GRU, given kb's
 weights, computes kb's outputs and gradients (the loss: the sum of the
-squared outputs). The ratio kb/minimal is how much time a plain loop
-could at most still save; keras/minimal is the most any plain loop could
-beat Keras's layer by.
+squared outputs). It swaps batch and time as kb's loops do (as
+float64s, `layout._swap_batch_and_time`). It is the leanest plain loop
+we know, not a proven bound: kb/minimal says how far kb's loops are from
+it (below 1 where kb's choices, such as the functional `While` for small
+steps, beat it), keras/minimal what that loop gains over Keras's layer.
 
     python benchmarks/bench_plain_floor.py
     python benchmarks/bench_plain_floor.py --shapes classifier --rounds 30
@@ -40,6 +42,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_birnn as kb  # noqa: E402
+
+# Batch and time swapped as keras_birnn's loops swap them (as float64s:
+# TensorFlow's oneDNN float transpose is several times slower at these
+# sizes); nothing here is differentiated by TensorFlow.
+from keras_birnn.recurrence.layout import _swap_batch_and_time as swap  # noqa: E402
 
 # name: (batch, time, features, units, modes): the models of issue 18's
 # remaining targets (training batch 32; the classifier also predicts at
@@ -121,7 +128,7 @@ def minimal_gradients(x_tm, m_tm, weights, outputs, kept, d_outputs):
 
 
 def _time_major(x, mask, units):
-    x_tm = tf.transpose(x, [1, 0, 2])
+    x_tm = swap(x)
     m_tm = tf.broadcast_to(tf.transpose(mask)[:, :, None], tf.concat([tf.shape(x_tm)[:2], [units]], 0))
     return x_tm, m_tm
 
@@ -143,7 +150,7 @@ def minimal_functions(forward_weights, backward_weights, features: int) -> Tuple
     @tf.function(input_signature=spec, autograph=False)
     def infer(x, mask):
         _, _, (y_f, _), (y_b, _) = run(x, mask, False)
-        return tf.transpose(tf.concat([y_f, tf.reverse(y_b, [0])], -1), [1, 0, 2])
+        return swap(tf.concat([y_f, tf.reverse(y_b, [0])], -1))
 
     @tf.function(input_signature=spec, autograph=False)
     def train(x, mask):
@@ -151,7 +158,7 @@ def minimal_functions(forward_weights, backward_weights, features: int) -> Tuple
         d_f = 2.0 * y_f  # d sum(y**2) / dy; padded outputs are zero
         d_x_f, grads_f = minimal_gradients(*ahead_in, forward_weights, y_f, kept_f, d_f)
         d_x_b, grads_b = minimal_gradients(*back_in, backward_weights, y_b, kept_b, 2.0 * y_b)
-        return grads_f + grads_b + [tf.transpose(d_x_f + tf.reverse(d_x_b, [0]), [1, 0, 2])]
+        return grads_f + grads_b + [swap(d_x_f + tf.reverse(d_x_b, [0]))]
 
     return infer, train
 

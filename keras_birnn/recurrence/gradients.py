@@ -14,7 +14,7 @@ from typing import Callable, List, Sequence
 import tensorflow as tf
 
 from keras_birnn.cells.step_math import column_sum
-from keras_birnn.recurrence.layout import Direction, LoopKey, _transposed
+from keras_birnn.recurrence.layout import Direction, LoopKey, _swap_batch_and_time
 from keras_birnn.recurrence.loops import _plain_loop
 from keras_birnn.recurrence.switches import _in_xla
 from keras_birnn.recurrence.timeloop import _padded_to_all, _span, _visited
@@ -84,12 +84,12 @@ def _bulk_gradients(directions: Sequence[Direction], memory, records, d_initial,
     span = _span(None if _in_xla() else mask, steps)
     grads = []
     for d, kept, record, d_init in zip(directions, memory, records, d_initial):
-        inputs_tm = _visited(_transposed(d.inputs, [1, 0, 2]), span)
+        inputs_tm = _visited(_swap_batch_and_time(d.inputs), span)
         record = _visited(record, span)
         flat_record = tf.reshape(record, [-1, record.shape[-1]])
         flat_dp = d.math.input_gradient(flat_record)
         d_inputs = tf.reshape(tf.matmul(flat_dp, d.kernel, transpose_b=True), tf.shape(inputs_tm))
-        grads.append(_transposed(_padded_to_all(d_inputs, span, steps), [1, 0, 2]))
+        grads.append(_swap_batch_and_time(_padded_to_all(d_inputs, span, steps)))
         grads.append(_summed_matmul(tf.reshape(inputs_tm, [-1, d.kernel.shape[0]]), flat_dp, d.kernel.dtype))
         if d.input_bias is not None:
             accumulate = _accumulation_dtype(flat_dp.dtype)

@@ -15,26 +15,33 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from keras_birnn.cells.step_math import StepMath
-from keras_birnn.recurrence.switches import _integer_transposes
+from keras_birnn.recurrence.switches import _bit_transposes
 
-# The integer type of each float type's width that TensorFlow's CPU build
-# hands to oneDNN's transpose (`_transposed`).
-_SAME_WIDTH_INTEGER = {tf.float32: tf.int32, tf.bfloat16: tf.int16}
+# The float types whose `Transpose` TensorFlow's CPU build hands to oneDNN,
+# and how many of their elements fill one float64 (`_swap_batch_and_time`).
+_PER_FLOAT64 = {tf.float32: 2, tf.bfloat16: 4}
 
 
-def _transposed(x: tf.Tensor, perm: Optional[Sequence[int]] = None) -> tf.Tensor:
-    """`tf.transpose(x, perm)`; where TensorFlow does not differentiate it
-    (`switches._integer_transposes`), a float32 or bfloat16 tensor's bits
-    are moved as integers. On CPU, TensorFlow rewrites every
-    float32 and bfloat16 `Transpose` to oneDNN's, which for the small
-    tensors of a loop's call (batch and time to swap, before and after the
-    loops) took 12-18 us where the integer one, Eigen's, took 3 (some 8%
-    of a classifier's training step, benchmarks/README.md, "The plain-loop
-    floor"). Exact: a bitcast copies nothing and changes no bit."""
-    integer = _SAME_WIDTH_INTEGER.get(x.dtype)
-    if integer is None or not _integer_transposes():
-        return tf.transpose(x, perm)
-    return tf.bitcast(tf.transpose(tf.bitcast(x, integer), perm), x.dtype)
+def _swap_batch_and_time(x: tf.Tensor) -> tf.Tensor:
+    """`[A, B, width]` -> `[B, A, width]`, as `tf.transpose(x, [1, 0, 2])`.
+
+    Where TensorFlow does not differentiate it (`switches._bit_transposes`),
+    a float32 or bfloat16 tensor whose width holds a whole number of
+    float64s is moved as float64s. On CPU, TensorFlow rewrites every float32
+    and bfloat16 `Transpose` to oneDNN's, which for the small tensors of a
+    loop's call took 12-18 us where Eigen's took 3-7 us (benchmarks/README.md,
+    "The plain-loop floor"). oneDNN takes no float64, and TensorFlow logs
+    nothing about it; it logs an error line for every integer type ("oneDNN
+    supports DT_INT32 only on platforms with AVX-512"). Exact: the reshapes
+    and bitcasts copy nothing and change no bit."""
+    group, width = _PER_FLOAT64.get(x.dtype), x.shape[-1]
+    if group is None or width is None or width % group or not _bit_transposes():
+        return tf.transpose(x, [1, 0, 2])
+    grouped = tf.reshape(x, tf.concat([tf.shape(x)[:-1], [width // group, group]], 0))
+    moved = tf.transpose(tf.bitcast(grouped, tf.float64), [1, 0, 2])
+    swapped = tf.reshape(tf.bitcast(moved, x.dtype), tf.concat([tf.shape(moved)[:-1], [width]], 0))
+    swapped.set_shape([x.shape[1], x.shape[0], width])
+    return swapped
 
 
 class Direction(NamedTuple):

@@ -25,7 +25,7 @@ from keras_birnn.recurrence.layout import (
     LoopKey,
     _flatten_outputs,
     _split_output_grads,
-    _transposed,
+    _swap_batch_and_time,
     _unflatten,
 )
 from keras_birnn.recurrence.switches import _autodiff_loops, _in_xla
@@ -62,7 +62,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     Slices are read in the step with `read_in_step` (the small-step
     inference loop) and, inside XLA, when keeping for BPTT (`_time_loop`,
     which also takes `lowered`)."""
-    inputs_tm = [_transposed(d.inputs, [1, 0, 2]) for d in directions]
+    inputs_tm = [_swap_batch_and_time(d.inputs) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = _step_masks(mask, directions)
     span = _span(mask, steps)
@@ -76,7 +76,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered)
     sequences = [None] * len(directions)
     if outputs:
-        sequences = [_transposed(_in_time_order(o.stack(), d, span, steps), [1, 0, 2]) for o, d in zip(outputs, directions)]
+        sequences = [_swap_batch_and_time(_in_time_order(o.stack(), d, span, steps)) for o, d in zip(outputs, directions)]
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
 
@@ -163,10 +163,10 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     mask_tm = _step_masks(mask, directions)
     span = _span(mask, steps)
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
-    d_seq_tm = [None if g is None else _transposed(g, [1, 0, 2]) for g, _ in output_grads]
+    d_seq_tm = [None if g is None else _swap_batch_and_time(g) for g, _ in output_grads]
     # Transposed once, before the loop: a transpose inside the step's
     # matmul made training steps slower (benchmarks/README.md).
-    transposed_kernels = [_transposed(d.recurrent_kernel) for d in directions]
+    transposed_kernels = [tf.transpose(d.recurrent_kernel) for d in directions]
 
     in_xla = xla_reads or _in_xla()
     read = _backward_reads(directions, memory, d_seq_tm, mask_tm, span, in_xla)

@@ -32,7 +32,7 @@ class _EmptyCase:
     enabled = True
 
 
-class _IntegerTranspose:
+class _BitTranspose:
     enabled = True
 
 
@@ -106,18 +106,18 @@ def _loops_may_branch() -> bool:
 def _autodiff_loops():
     """Loops traced inside are differentiated by TensorFlow's autodiff
     (`loops._plain_loop`: forward-mode derivatives, second-order gradients,
-    exported graphs), so their transposes stay `tf.transpose`: a bitcast
-    (`layout._transposed`) has no gradient. Read when functions are traced."""
-    return _switched_off(_IntegerTranspose)
+    exported graphs), so they swap batch and time with `tf.transpose`: a
+    bitcast (`layout._swap_batch_and_time`) has no gradient. Read when
+    functions are traced."""
+    return _switched_off(_BitTranspose)
 
 
-def _integer_transposes() -> bool:
-    """Whether a transpose traced now may move a float's bits as an integer
-    of the same width (`layout._transposed`): not under TensorFlow's
+def _bit_transposes() -> bool:
+    """Whether a swap of batch and time traced now may move a tensor's bits
+    as float64s (`layout._swap_batch_and_time`): not under TensorFlow's
     autodiff (`_autodiff_loops`). Inside XLA too: the counted path's plain
-    and XLA forms share one traced loop (`compiled._shared_leaf`), and XLA
-    fuses the bitcasts into its transpose."""
-    return _IntegerTranspose.enabled
+    and XLA forms share one traced loop (`compiled._shared_leaf`)."""
+    return _BitTranspose.enabled
 
 
 def _forward_only():
