@@ -48,10 +48,10 @@ class SimpleRNNMath(NamedTuple):
     def backward(self, states, saved, transposed_kernel, state_mask, d_new):
         """One step back: returns (record, d_states); the record is the
         pre-activation gradient, summed over steps by the bulk gradients."""
-        if self._saves_activation:
-            d_pre = backprop(self.activation, d_new[0], saved)
-        else:
-            d_pre = backprop(self.activation, d_new[0], self.activation(saved), saved)
+        # An activation that differentiates from its output saved that; any
+        # other is differentiated from the saved pre-activation alone.
+        output, pre = (saved, None) if self._saves_activation else (None, saved)
+        d_pre = backprop(self.activation, d_new[0], output, pre)
         d_h = tf.matmul(d_pre, transposed_kernel)
         if state_mask is not None:
             d_h = d_h * state_mask
