@@ -220,11 +220,14 @@ def _input_name(tensor, position: int) -> str:
 @contextlib.contextmanager
 def _tracing_for_litert(model):
     """Plain `While` loops without time buckets, no row compaction (its
-    `DynamicPartition` is no builtin), the forward pass alone, and no branch
-    for an empty time axis (see `recurrence._no_empty_case`)."""
+    `DynamicPartition` is no builtin), the forward pass alone, no branch
+    for an empty time axis (see `recurrence._no_empty_case`), and both
+    directions in one loop: the interpreter runs one op at a time, so a
+    loop per direction would only pay the per-step overhead twice."""
     with (
         _quiet_model_mask_warning(model),
         recurrence.for_export(),
+        recurrence.fused_directions(),
         recurrence._rows_kept(),
         recurrence._no_empty_case(),
     ):

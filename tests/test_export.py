@@ -22,9 +22,11 @@ import tensorflow as tf
 import keras_birnn as kb
 from keras_birnn.export import (
     FORBIDDEN_OPS,
+    INPUTS_KEY,
     LENGTHS_KEY,
     SIGNATURE_DEFAULT,
     SIGNATURE_UNPADDED,
+    _read_saved_model,
     check_graph_ops,
     next_version,
     saved_model_op_types,
@@ -352,6 +354,46 @@ def test_graph_check_rejects_python_callbacks_and_xla_clusters(tmp_path):
     module = Plain()
     tf.saved_model.save(module, str(tmp_path / "plain"), signatures=module.serve)
     assert {"Mul", "Placeholder"} <= check_graph_ops(str(tmp_path / "plain"))
+
+
+def _while_forms(saved_model_dir) -> list:
+    """Per `While` loop of a SavedModel (graphs and function libraries): its
+    `_lower_using_switch_merge` attribute (True: lowered), None where unset."""
+    forms = []
+    for meta_graph in _read_saved_model(saved_model_dir).meta_graphs:
+        nodes = list(meta_graph.graph_def.node)
+        nodes += [n for f in meta_graph.graph_def.library.function for n in f.node_def]
+        for node in nodes:
+            if node.op in ("While", "StatelessWhile"):
+                attr = node.attr.get("_lower_using_switch_merge")
+                forms.append(None if attr is None else attr.b)
+    return forms
+
+
+@pytest.mark.parametrize("units, features, functional", [(8, 3, True), (64, 128, False)], ids=["small", "large"])
+def test_serving_loops_are_laid_out_as_in_process_inference(tmp_path, units, features, functional):
+    """An exported layer has a loop per direction, which TensorFlow's
+    executor runs at the same time, each a functional `While` where a
+    32-row batch would run one in process (a small step: it served the
+    demo's model 1.5-1.8x faster than the lowered fused loop,
+    benchmarks/README.md) and lowered for a large step (64 units over 128
+    features: 36,864 multiply-adds a row). Both serve the model's numbers
+    on each row alone, through both signatures."""
+    inputs = keras.Input((None, features), name="features")
+    model = keras.Model(inputs, kb.Bidirectional(kb.GRUCell(units), return_sequences=True)(inputs))
+    path = kb.export_saved_model(model, str(tmp_path / "model"))
+    loaded = tf.saved_model.load(path)
+    forms = _while_forms(path)
+    assert set(forms) == {not functional} and len(forms) == 2 * len(loaded.signatures), forms
+    rng = np.random.default_rng(3)
+    x, lengths = rng.normal(size=(3, 6, features)).astype("float32"), np.array([6, 2, 4], np.int32)
+    expected = np.stack([
+        np.pad(np.asarray(model(x[row : row + 1, :n]))[0], [[0, 6 - n], [0, 0]]) for row, n in enumerate(lengths)
+    ])
+    served = loaded.signatures[SIGNATURE_DEFAULT](**{INPUTS_KEY: tf.constant(x), LENGTHS_KEY: tf.constant(lengths)})
+    np.testing.assert_allclose(next(iter(served.values())).numpy(), expected, atol=1e-5)
+    unpadded = loaded.signatures[SIGNATURE_UNPADDED](**{INPUTS_KEY: tf.constant(x[:1])})
+    np.testing.assert_allclose(next(iter(unpadded.values())).numpy(), expected[:1], atol=1e-5)
 
 
 @pytest.mark.slow(reason="exports with and without XLA, ~12 s")

@@ -267,6 +267,23 @@ def test_an_empty_time_axis_fails_loudly(tmp_path):
         _run(interpreter, np.zeros((B, 0, F), np.float32), np.zeros(B, np.int32))
 
 
+def test_both_directions_share_one_loop(tmp_path):
+    """The interpreter runs one op at a time: a loop per direction (as an
+    exported SavedModel has, which TensorFlow runs at the same time) would
+    only pay LiteRT's per-step overhead twice, so the file holds one WHILE
+    for both directions, and serves the model's numbers."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    inp = keras.Input((None, F))
+    model = randomize(keras.Model(inp, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(inp)))
+    path = kb.export_tflite(model, str(tmp_path / "one_loop.tflite"), batch_size=B)
+    with open(path, "rb") as f:
+        flat = schema.ModelT.InitFromPackedBuf(f.read(), 0)
+    codes = [flat.operatorCodes[op.opcodeIndex].builtinCode for g in flat.subgraphs for op in g.operators]
+    assert codes.count(schema.BuiltinOperator.WHILE) == 1, codes
+    _check(model, litert.Interpreter(model_path=path), _floats)
+
+
 def test_the_loop_multiplies_with_fully_connected(tmp_path):
     """The weights reach the loop body as constants: LiteRT's optimised
     FULLY_CONNECTED, not a BATCH_MATMUL per step."""

@@ -23,6 +23,7 @@ from keras_birnn.recurrence.layout import (
     _unflatten,
 )
 from keras_birnn.recurrence.loops import _backward_loop, _forward_loop
+from keras_birnn.recurrence.switches import _autodiff_loops
 
 LoopFunctions = Tuple[Callable, Callable, Callable]
 
@@ -44,7 +45,9 @@ _FUNCTIONAL_ROW_LIMIT = 50_000
 # Training loops get the functional form only where a batch of this many
 # rows (Keras's default batch size) would run it: elsewhere it would serve
 # only a last partial batch, and costs a trace and a graph per loop role in
-# the first step (benchmarks/README.md, "The first step").
+# the first step (benchmarks/README.md, "The first step"). Exported serving
+# graphs, which cannot branch on a batch size they do not know
+# (`_serving_loop`), take the form such a batch would.
 _FUNCTIONAL_TRAINING_ROWS = 32
 
 # The forms of `_compiled` that XLA compiles.
@@ -111,12 +114,52 @@ def _loop(key: LoopKey, xla, role: str, make: Callable[[bool], Callable]) -> Cal
     asks to have materialised). XLA compiles the lowered form's loops (the
     flag means nothing to it)."""
     lowered = _compiled(key, xla, role, make(False))
-    per_row = _step_size(key.specs)
-    max_rows = _FUNCTIONAL_STEP_LIMIT // per_row
-    if xla in _XLA_FORMS or per_row > _FUNCTIONAL_ROW_LIMIT or (key.keep and max_rows < _FUNCTIONAL_TRAINING_ROWS):
+    max_rows = _max_functional_rows(key.specs)
+    if xla in _XLA_FORMS or not max_rows or (key.keep and max_rows < _FUNCTIONAL_TRAINING_ROWS):
         return lowered
     functional = _compiled(key, xla, role + "/functional", make(True))
     return _by_batch_size(max_rows, small=functional, large=lowered)
+
+
+def _max_functional_rows(specs: Sequence[DirectionSpec]) -> int:
+    """The most rows for which a plain loop of these directions runs as a
+    functional `While` (0: never, its step is too large per row)."""
+    per_row = _step_size(specs)
+    return 0 if per_row > _FUNCTIONAL_ROW_LIMIT else _FUNCTIONAL_STEP_LIMIT // per_row
+
+
+def _serving_loop(key: LoopKey, split: bool) -> Callable:
+    """The forward loops of an exported serving graph (`for_export`): plain
+    TensorFlow ops, which TensorFlow differentiates itself, with
+    differentiable transposes (`_autodiff_loops`; converters cannot read
+    the bitcast form either). Laid out as in-process inference lays them
+    out: with `split`, a loop per direction, which the executor runs at the
+    same time; each a functional `While` where `_loop` would choose it for
+    a batch of `_FUNCTIONAL_TRAINING_ROWS` rows, else lowered. The graph
+    does not know its batch, and a `tf.cond` on it would give converters
+    two copies to read. The form is only an attribute of the `While` op,
+    which converters ignore. Slices are read one iteration ahead in both
+    forms: in the step, the functional form measured 2-5% faster for the
+    demo, but a LiteRT file then no longer failed loudly on an empty time
+    axis (docs/deploy.md). For a small layer the functional form is what
+    serves fast (the demo's SavedModel, benchmarks/README.md)."""
+    groups = [[k] for k in range(len(key.specs))] if split else [list(range(len(key.specs)))]
+
+    def serve(flat, mask):
+        directions = _unflatten(list(flat), key.specs)
+        sequences, final_states = [], []
+        with _autodiff_loops():
+            for group in groups:
+                functional = _max_functional_rows([key.specs[k] for k in group]) >= _FUNCTIONAL_TRAINING_ROWS
+                parts, finals, _ = _forward_loop(
+                    [directions[k] for k in group], mask if key.has_mask else None, key.return_sequences, False,
+                    lowered=not functional,
+                )
+                sequences.extend(parts)
+                final_states.extend(finals)
+        return _flatten_outputs(sequences, final_states, key.return_sequences)
+
+    return serve
 
 
 def _forward_fn(

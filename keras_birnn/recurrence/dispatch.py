@@ -2,7 +2,8 @@
 custom gradient around those loops.
 
 A call takes one path (`_path`): forward-mode derivatives and exported
-serving graphs run the plain forward loop; everything else runs the loops
+serving graphs run plain forward loops (`loops._plain_loop`,
+`compiled._serving_loop`); everything else runs the loops
 under `tf.custom_gradient` (`_differentiable_loop`), plain or XLA-compiled,
 the compiled form chosen per shape by the layer's count in the "counted"
 path (`compile_policy`).
@@ -15,7 +16,7 @@ import tensorflow as tf
 
 from keras_birnn import bucketing, compile_policy
 from keras_birnn._tf_internal import carries_tangents, in_save_context, may_differentiate_twice
-from keras_birnn.recurrence.compiled import _chosen_loop_functions, _clear_caches, _loop_functions
+from keras_birnn.recurrence.compiled import _chosen_loop_functions, _clear_caches, _loop_functions, _serving_loop
 from keras_birnn.recurrence.gradients import _bptt
 from keras_birnn.recurrence.layout import (
     Direction,
@@ -185,8 +186,10 @@ def _path(directions, flat, counter, bptt: bool) -> str:
 
 def _runner(path: str, key: LoopKey, split: bool, directions, counter) -> Callable:
     """The function `runner(flat, mask)` running the loops on `path`."""
-    if path in ("forward-mode", "forward-only"):
+    if path == "forward-mode":
         return functools.partial(_plain_loop, key)
+    if path == "forward-only":
+        return _serving_loop(key, split)
     if path == "inference":
         # Plain loops as cached functions (traced once per loop structure),
         # with a custom gradient for a tape that asks anyway.

@@ -47,8 +47,9 @@ input_projection = RecurrentCell.input_projection
 def _plain_loop(key: LoopKey, flat: Sequence[tf.Tensor], mask: tf.Tensor) -> list:
     """The forward loop as plain TensorFlow ops, without custom gradient or
     XLA: for forward-mode derivatives, which TensorFlow takes op by op, and
-    every other graph TensorFlow differentiates itself (second order,
-    exports), hence with differentiable transposes (`_autodiff_loops`)."""
+    second-order gradients, which TensorFlow differentiates itself, hence
+    with differentiable transposes (`_autodiff_loops`). Exports have their
+    own layout of the same loop (`compiled._serving_loop`)."""
     directions = _unflatten(list(flat), key.specs)
     with _autodiff_loops():
         sequences, final_states, _ = _forward_loop(directions, mask if key.has_mask else None, key.return_sequences, False)
