@@ -1,6 +1,7 @@
 """benchmarks/bench_examples.py's parts that run in child processes, the
-arithmetic of two other benchmarks (a log parsed, a bound computed), and
-bench_plain_floor.py's hand-written reference against kb's numbers.
+arithmetic of two other benchmarks (a log parsed, a bound computed),
+bench_plain_floor.py's hand-written reference against kb's numbers, and
+bench_predict_floor.py's peers on one pass.
 
 Its children are the examples (tested in their own files) and a latency
 script given to `python -c`; the script is checked here on the demo's
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from helpers import REPO
@@ -103,3 +105,16 @@ def test_latency_script_serves_the_demo_exports(tmp_path):
     for result in results.values():
         assert result["sentences"] == 64 and result["batch64_words"] == 64 * 24
         assert result["batch1_ms"] > 0 and result["batch64_ms"] > 0
+
+
+def test_predict_floor_times_the_same_pass_for_every_peer():
+    """bench_predict_floor's demo pass: kb, its Keras twin and the Dense
+    stand-in each predict the 1,000 held-out sequences' 24 x 2 tag
+    probabilities (the stand-in keeps the demo's input and output), and
+    `timed` reports a median for each."""
+    floor = load_bench("bench_predict_floor")
+    passes = floor.demo_passes()
+    shapes = {peer: np.shape(run()) for peer, run in passes.items()}
+    assert set(shapes) == set(floor.PEERS) and set(shapes.values()) == {(1000, 24, 2)}, shapes
+    medians = floor.timed(passes, rounds=1)
+    assert set(medians) == set(floor.PEERS) and all(s > 0 for s in medians.values()), medians
