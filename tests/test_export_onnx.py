@@ -8,6 +8,8 @@ right (`recurrence.timeloop._in_time_order`). Skipped where tf2onnx or onnxrunti
 not installed.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -29,21 +31,42 @@ pytestmark = [
 ]
 
 
-def _session(path, signature):
+def _convert(path, signature):
     graph_def, inputs, outputs, rename = tf_loader.from_saved_model(
         path, None, None, signatures=[signature], return_tensors_to_rename=True
     )
     proto, _ = tf2onnx.convert.from_graph_def(
         graph_def, input_names=inputs, output_names=outputs, opset=17, tensors_to_rename=rename
     )
-    return ort.InferenceSession(proto.SerializeToString())
+    return proto
 
 
-def test_onnx_matches_keras_on_both_signatures(tmp_path):
+def _session(path, signature):
+    return ort.InferenceSession(_convert(path, signature).SerializeToString())
+
+
+def _loops(graph) -> int:
+    """`Loop` nodes in an ONNX graph and its subgraphs (`If` branches, loop bodies)."""
+    count = 0
+    for node in graph.node:
+        count += node.op_type == "Loop"
+        for attribute in node.attribute:
+            count += sum(_loops(g) for g in [attribute.g] if attribute.HasField("g")) + sum(map(_loops, attribute.graphs))
+    return count
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["loop_per_direction", "fused_directions"])
+def test_onnx_matches_keras_on_both_signatures(tmp_path, fused):
+    """Exported as TF Serving gets it (a loop per direction) and under
+    `kb.fused_directions()` (one loop, which onnxruntime runs faster:
+    docs/deploy.md): both convert to as many ONNX `Loop`s and serve Keras's
+    numbers through both signatures."""
     keras.utils.set_random_seed(0)
     features = keras.Input((None, F))
     model = keras.Model(features, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(features))
-    path = kb.export_saved_model(model, tmp_path, version=1)
+    with kb.fused_directions() if fused else contextlib.nullcontext():
+        path = kb.export_saved_model(model, tmp_path, version=1)
+    assert _loops(_convert(path, SIGNATURE_UNPADDED).graph) == (1 if fused else 2)
     rng = np.random.default_rng(0)
 
     unpadded = _session(path, SIGNATURE_UNPADDED)

@@ -22,8 +22,7 @@ from keras_birnn.recurrence.layout import (
     _output_splitter,
     _unflatten,
 )
-from keras_birnn.recurrence.loops import _backward_loop, _forward_loop
-from keras_birnn.recurrence.switches import _autodiff_loops
+from keras_birnn.recurrence.loops import _backward_loop, _forward_loop, _plain_loop
 
 LoopFunctions = Tuple[Callable, Callable, Callable]
 
@@ -129,37 +128,23 @@ def _max_functional_rows(specs: Sequence[DirectionSpec]) -> int:
 
 
 def _serving_loop(key: LoopKey, split: bool) -> Callable:
-    """The forward loops of an exported serving graph (`for_export`): plain
-    TensorFlow ops, which TensorFlow differentiates itself, with
-    differentiable transposes (`_autodiff_loops`; converters cannot read
-    the bitcast form either). Laid out as in-process inference lays them
-    out: with `split`, a loop per direction, which the executor runs at the
-    same time; each a functional `While` where `_loop` would choose it for
-    a batch of `_FUNCTIONAL_TRAINING_ROWS` rows, else lowered. The graph
-    does not know its batch, and a `tf.cond` on it would give converters
-    two copies to read. The form is only an attribute of the `While` op,
-    which converters ignore. Slices are read one iteration ahead in both
-    forms: in the step, the functional form measured 2-5% faster for the
-    demo, but a LiteRT file then no longer failed loudly on an empty time
-    axis (docs/deploy.md). For a small layer the functional form is what
-    serves fast (the demo's SavedModel, benchmarks/README.md)."""
-    groups = [[k] for k in range(len(key.specs))] if split else [list(range(len(key.specs)))]
+    """The forward loops of an exported serving graph (`for_export`, plain
+    TensorFlow: `loops._plain_loop`), laid out as in-process inference lays
+    them out: with `split`, a loop per direction, which the executor runs
+    at the same time; each a functional `While` where `_loop` would choose
+    it for a batch of `_FUNCTIONAL_TRAINING_ROWS` rows, else lowered. The
+    graph does not know its batch, and a `tf.cond` on it would give
+    converters two copies to read; the form is only an attribute of the
+    `While` op, which converters ignore. Slices are read one iteration
+    ahead in both forms: in the step, the functional form measured 2-5%
+    faster for the demo, but a LiteRT file then no longer failed loudly on
+    an empty time axis (docs/deploy.md). For a small layer the functional
+    form is what serves fast (the demo's SavedModel, benchmarks/README.md)."""
 
-    def serve(flat, mask):
-        directions = _unflatten(list(flat), key.specs)
-        sequences, final_states = [], []
-        with _autodiff_loops():
-            for group in groups:
-                functional = _max_functional_rows([key.specs[k] for k in group]) >= _FUNCTIONAL_TRAINING_ROWS
-                parts, finals, _ = _forward_loop(
-                    [directions[k] for k in group], mask if key.has_mask else None, key.return_sequences, False,
-                    lowered=not functional,
-                )
-                sequences.extend(parts)
-                final_states.extend(finals)
-        return _flatten_outputs(sequences, final_states, key.return_sequences)
+    def lowered(specs: Sequence[DirectionSpec]) -> bool:
+        return _max_functional_rows(specs) < _FUNCTIONAL_TRAINING_ROWS
 
-    return serve
+    return functools.partial(_plain_loop, key, split=split, lowered=lowered)
 
 
 def _forward_fn(

@@ -22,6 +22,7 @@ import tensorflow as tf
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.recurrence.layout import (
     Direction,
+    DirectionSpec,
     LoopKey,
     _flatten_outputs,
     _split_output_grads,
@@ -44,15 +45,31 @@ from keras_birnn.recurrence.timeloop import (
 input_projection = RecurrentCell.input_projection
 
 
-def _plain_loop(key: LoopKey, flat: Sequence[tf.Tensor], mask: tf.Tensor) -> list:
-    """The forward loop as plain TensorFlow ops, without custom gradient or
+def _plain_loop(
+    key: LoopKey,
+    flat: Sequence[tf.Tensor],
+    mask: tf.Tensor,
+    split: bool = False,
+    lowered: Callable[[Sequence[DirectionSpec]], Optional[bool]] = lambda specs: None,
+) -> list:
+    """The forward loops as plain TensorFlow ops, without custom gradient or
     XLA: for forward-mode derivatives, which TensorFlow takes op by op, and
-    second-order gradients, which TensorFlow differentiates itself, hence
-    with differentiable transposes (`_autodiff_loops`). Exports have their
-    own layout of the same loop (`compiled._serving_loop`)."""
+    every other graph TensorFlow differentiates itself (second order,
+    exported serving graphs, which `compiled._serving_loop` lays out),
+    hence with differentiable transposes (`_autodiff_loops`). With `split`,
+    a loop per direction, else one for all; `lowered(specs)` gives each
+    loop's form (`_time_loop`; None: TensorFlow's own choice)."""
     directions = _unflatten(list(flat), key.specs)
+    groups = [[k] for k in range(len(directions))] if split else [list(range(len(directions)))]
+    sequences, final_states = [], []
     with _autodiff_loops():
-        sequences, final_states, _ = _forward_loop(directions, mask if key.has_mask else None, key.return_sequences, False)
+        for group in groups:
+            parts, finals, _ = _forward_loop(
+                [directions[k] for k in group], mask if key.has_mask else None, key.return_sequences, False,
+                lowered=lowered([key.specs[k] for k in group]),
+            )
+            sequences.extend(parts)
+            final_states.extend(finals)
     return _flatten_outputs(sequences, final_states, key.return_sequences)
 
 
