@@ -94,7 +94,11 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered)
     sequences = [None] * len(directions)
     if outputs:
-        sequences = [_swap_batch_and_time(_in_time_order(o.stack(), d, span, steps)) for o, d in zip(outputs, directions)]
+        masks = mask_tm or [None] * len(directions)
+        sequences = [
+            _swap_batch_and_time(_in_time_order(o.stack(), d, span, steps, m))
+            for o, d, m in zip(outputs, directions, masks)
+        ]
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
 
@@ -159,11 +163,11 @@ def _forward_step(d: Direction, x_t: tf.Tensor, valid: Optional[tf.Tensor], stat
     """One direction's step: its new states, its output and what to keep."""
     projected = input_projection(x_t, d.kernel, d.input_bias)
     stepped, saved = d.math.forward(projected, states, d.recurrent_kernel, d.recurrent_bias, d.state_mask)
-    emitted = stepped[0]
     if valid is not None:
+        # A masked step carries its states and outputs them: zeroed after
+        # the loop, all steps at once (`_in_time_order`).
         stepped = [tf.where(valid, s, old) for s, old in zip(stepped, states)]
-        emitted = tf.where(valid, emitted, tf.zeros_like(emitted))
-    return stepped, emitted, [saved] + list(states)
+    return stepped, stepped[0], [saved] + list(states)
 
 
 def _memory_arrays(d: Direction, steps) -> List[tf.TensorArray]:

@@ -64,10 +64,14 @@ def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
     return sequence_tm[t] if _visits_all(span) else tf.gather(sequence_tm, t)
 
 
-def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, steps) -> tf.Tensor:
+def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, steps,
+                   mask_tm: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The outputs the forward loop wrote at its iterations `i` (`stacked_tm`,
-    time-major), each moved to its input position (`_time_index`), zeros at
-    the positions the loop skipped (`_span`).
+    time-major), each moved to its input position (`_time_index`), zeros
+    where `mask_tm` (`[T, B, units]`) is False: the loop wrote a masked
+    step's carried state, and zeroing every masked position once here
+    costs two ops per call instead of two per step. Positions the loop
+    skipped (`_span`) are masked in every row, so zeros too.
 
     The loop writes its outputs at the iteration, not at the position:
     converters that turn the loop into an ONNX `Loop` (tf2onnx) make every
@@ -75,15 +79,15 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     the index written at, and only as long as the loop ran. Written at the
     position, a backward direction's outputs came out reversed in time, and
     a batch padded beyond its longest row came out that much shorter.
-    Exact in TensorFlow: a reverse, or a gather and a select."""
+    Exact in TensorFlow: a reverse, or a gather, and a select."""
     if _visits_all(span):
-        return tf.reverse(stacked_tm, [0]) if direction.reverse else stacked_tm
-    positions = tf.range(steps)
-    iteration = span.first + span.count - 1 - positions if direction.reverse else positions - span.first
-    visited = (iteration >= 0) & (iteration < span.count)
-    # Clipped into the iterations run: a converted loop's stack has only those.
-    gathered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
-    return tf.where(tf.reshape(visited, [-1, 1, 1]), gathered, tf.zeros_like(gathered))
+        ordered = tf.reverse(stacked_tm, [0]) if direction.reverse else stacked_tm
+    else:
+        positions = tf.range(steps)
+        iteration = span.first + span.count - 1 - positions if direction.reverse else positions - span.first
+        # Clipped into the iterations run: a converted loop's stack has only those.
+        ordered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
+    return ordered if mask_tm is None else tf.where(mask_tm, ordered, tf.zeros_like(ordered))
 
 
 def _visited(sequence_tm: tf.Tensor, span: _Span) -> tf.Tensor:
