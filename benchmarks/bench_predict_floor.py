@@ -31,7 +31,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -39,16 +39,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "examples"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_recurrence_share import alternating  # noqa: E402
+
 PEERS = ("kb", "keras", "none")
 
 
-def demo_passes() -> Dict[str, Callable[[], None]]:
-    """Per peer, one `predict` pass as the demo times it."""
+def demo_models() -> Dict[str, Any]:
+    """Per peer, the demo's model (kb, keras) or its stand-in (none)."""
     import keras
-    import numpy as np
     from keras_birnn import demo
-
-    bits = np.random.default_rng(0).integers(0, 2, (1000, 24, 1)).astype("float32")
 
     def model(peer):
         if peer != "none":
@@ -57,11 +56,23 @@ def demo_passes() -> Dict[str, Callable[[], None]]:
         states = keras.layers.Dense(16, activation="tanh", name="bigru_stand_in")(inputs)
         return keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="tags")(states))
 
-    models = {peer: model(peer) for peer in PEERS}
-    return {peer: (lambda m=m: m.predict(bits, batch_size=256, verbose=0)) for peer, m in models.items()}
+    return {peer: model(peer) for peer in PEERS}
 
 
-def classifier_passes() -> Dict[str, Callable[[], None]]:
+def demo_bits():
+    """The demo's 1,000 held-out sequences of 24 bits (as `demo.make_data` shapes them)."""
+    import numpy as np
+
+    return np.random.default_rng(0).integers(0, 2, (1000, 24, 1)).astype("float32")
+
+
+def demo_passes() -> Dict[str, Callable[[], Any]]:
+    """Per peer, one `predict` pass as the demo times it."""
+    bits = demo_bits()
+    return {peer: (lambda m=m: m.predict(bits, batch_size=256, verbose=0)) for peer, m in demo_models().items()}
+
+
+def classifier_passes() -> Dict[str, Callable[[], Any]]:
     """Per peer, one pass over the held-out split as the classifier times it."""
     import numpy as np
     import sentence_classification as sc
@@ -78,16 +89,15 @@ def classifier_passes() -> Dict[str, Callable[[], None]]:
     return {peer: (lambda m=m: sc.evaluate(m, test)) for peer, m in models.items()}
 
 
-def timed(passes: Dict[str, Callable[[], None]], rounds: int) -> Dict[str, float]:
+def timed(passes: Dict[str, Callable[[], Any]], rounds: int) -> Dict[str, float]:
     """Median seconds of a pass per peer."""
     for run in passes.values():
         run(), run()
     seconds = {peer: [] for peer in passes}
-    for round_ in range(rounds):
-        for peer in PEERS if round_ % 2 == 0 else PEERS[::-1]:
-            began = time.perf_counter()
-            passes[peer]()
-            seconds[peer].append(time.perf_counter() - began)
+    for _, peer in alternating(PEERS, rounds):
+        began = time.perf_counter()
+        passes[peer]()
+        seconds[peer].append(time.perf_counter() - began)
     return {peer: statistics.median(values) for peer, values in seconds.items()}
 
 

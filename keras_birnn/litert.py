@@ -146,18 +146,24 @@ def flatbuffer_ops(path) -> set:
     branches included; the interpreter's own op list shows only the main
     graph), a custom or Flex op as `"CUSTOM:<name>"`. Needs `ai-edge-litert`
     (the `litert` extra), whose flatbuffer schema reads the file."""
+    return set(_flatbuffer_op_list(path))
+
+
+def _flatbuffer_op_list(path) -> list:
+    """`flatbuffer_ops`, one name per operator (so counts can be read)."""
     from ai_edge_litert import schema_py_generated as schema
 
     with open(path, "rb") as f:
         model = schema.ModelT.InitFromPackedBuf(f.read(), 0)
     names = {code: name for name, code in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
-    ops = set()
+    ops = []
     for subgraph in model.subgraphs:
         for op in subgraph.operators:
             code = model.operatorCodes[op.opcodeIndex]
             custom = code.builtinCode == schema.BuiltinOperator.CUSTOM
-            ops.add("CUSTOM:" + code.customCode.decode() if custom else names[code.builtinCode])
+            ops.append("CUSTOM:" + code.customCode.decode() if custom else names[code.builtinCode])
     return ops
+
 
 def _input_count(model, input_spec) -> int:
     if input_spec is not None:

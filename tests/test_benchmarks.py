@@ -107,14 +107,22 @@ def test_latency_script_serves_the_demo_exports(tmp_path):
         assert result["batch1_ms"] > 0 and result["batch64_ms"] > 0
 
 
-def test_predict_floor_times_the_same_pass_for_every_peer():
-    """bench_predict_floor's demo pass: kb, its Keras twin and the Dense
-    stand-in each predict the 1,000 held-out sequences' 24 x 2 tag
-    probabilities (the stand-in keeps the demo's input and output), and
-    `timed` reports a median for each."""
+def test_predict_floor_stand_in_and_interleaving():
+    """bench_predict_floor's "none" demo model is what its docstring says,
+    Dense(16, tanh) then Dense(2, softmax) at each position, against NumPy;
+    every peer's pass predicts the demo's 1,000 x 24 tag probabilities; and
+    `timed` warms each peer twice, then calls them in turn, the order
+    reversed every other round."""
     floor = load_bench("bench_predict_floor")
-    passes = floor.demo_passes()
-    shapes = {peer: np.shape(run()) for peer, run in passes.items()}
+    models = floor.demo_models()
+    x = floor.demo_bits()[:5]
+    (w1, b1), (w2, b2) = [layer.get_weights() for layer in models["none"].layers[1:]]
+    logits = np.tanh(x @ w1 + b1) @ w2 + b2
+    expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(models["none"].predict(x, verbose=0), expected, rtol=1e-5, atol=1e-6)
+    shapes = {peer: np.shape(run()) for peer, run in floor.demo_passes().items()}
     assert set(shapes) == set(floor.PEERS) and set(shapes.values()) == {(1000, 24, 2)}, shapes
-    medians = floor.timed(passes, rounds=1)
-    assert set(medians) == set(floor.PEERS) and all(s > 0 for s in medians.values()), medians
+    calls = []
+    medians = floor.timed({peer: (lambda peer=peer: calls.append(peer)) for peer in floor.PEERS}, rounds=2)
+    assert calls == ["kb", "kb", "keras", "keras", "none", "none", "kb", "keras", "none", "none", "keras", "kb"]
+    assert set(medians) == set(floor.PEERS), medians
