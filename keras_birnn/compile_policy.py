@@ -57,8 +57,9 @@ _PROMOTED = -1  # the key counting the shapes compiled so far
 # Time steps a layer runs at one shape before compiling it, by default:
 # a compilation's cost over the plain loop's extra cost per step, both
 # measured on 2 cores (benchmarks/README.md, "What a compilation costs and
-# saves": 9,000-16,000 steps).
-AUTO_COMPILE_STEPS = 12_000
+# saves"). 12,000 until the two directions of a bidirectional layer shared
+# one XLA program, which halved the cost and left the rent as it was.
+AUTO_COMPILE_STEPS = 6_000
 
 
 class _Settings:

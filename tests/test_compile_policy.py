@@ -234,8 +234,8 @@ def test_training_graph_size(units, functional):
     around the loops but the counted path's, between the plain and
     XLA-compiled loops (a bucketed call has at least one masked step, so
     no zero-length cond, whose gradient doubled the graph); every loop is
-    in a non-inlined function, one per loop role, direction and form, which
-    both calls share; a functional form (a `_by_batch_size` cond in each
+    in a non-inlined function, one per loop role and form, which both
+    directions (their order is a tensor) and both calls share; a functional form (a `_by_batch_size` cond in each
     plain branch) only for a layer that a 32-row batch would run as one."""
     per_row = (F + units) * 3 * units
     rows = kb.recurrence.compiled._FUNCTIONAL_STEP_LIMIT // per_row
@@ -244,8 +244,8 @@ def test_training_graph_size(units, functional):
     assert not [n.name for n in nodes if n.op in ("If", "StatelessIf", "While", "StatelessWhile")]
     with_loops = [f for f in functions if any(n.op in ("While", "StatelessWhile") for n in f.node_def)]
     assert all(f.attr["_noinline"].b and not f.attr["_XlaMustCompile"].b for f in with_loops)
-    # keeping and BPTT loops of two directions, in one or two forms
-    assert len(with_loops) == 4 * (2 if functional else 1), [f.signature.name for f in with_loops]
+    # the keeping and BPTT loops both directions share, in one or two forms
+    assert len(with_loops) == 2 * (2 if functional else 1), [f.signature.name for f in with_loops]
     conds = [n.name for f in functions for n in f.node_def if n.op in ("If", "StatelessIf")]
     # the forward cond (in the shared runner and in the copy TensorFlow
     # rewrites for its gradient) and the BPTT's; with the functional form,

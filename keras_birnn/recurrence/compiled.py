@@ -14,6 +14,7 @@ import tensorflow as tf
 from keras_birnn.recurrence.gradients import _bulk_gradients
 from keras_birnn.recurrence.layout import (
     DirectionSpec,
+    RUNTIME_ORDER,
     LoopKey,
     _flatten_outputs,
     _group_memory,
@@ -286,10 +287,22 @@ def _by_batch_size(max_batch: int, small: Callable, large: Callable) -> Callable
 
 def _split_loops(key: LoopKey, xla) -> LoopFunctions:
     """`_loops`' three functions, made of one direction's loops each: in a
-    graph TensorFlow's executor runs the directions' loops at the same time."""
-    parts = [_loops(key._replace(specs=(spec,)), xla, False) for spec in key.specs]
-    inputs, memories = _input_splitter(key.specs), _memory_splitter(key.specs)
+    graph TensorFlow's executor runs the directions' loops at the same time.
+
+    Loops built as functions (`xla` not False) take their direction's order
+    as a tensor (`RUNTIME_ORDER`), so the directions of a bidirectional
+    layer with one cell structure call the same functions: each traced
+    once, and XLA compiles one program per shape for both, in half the time
+    (benchmarks/README.md, "What a compilation costs and saves")."""
+    shared = bool(xla)
+    parts = [_loops(key._replace(specs=(_part_spec(spec, shared),)), xla, False) for spec in key.specs]
+    splitter = _input_splitter(key.specs)
+    memories = _memory_splitter(key.specs)
     outputs = _output_splitter(key.specs, key.return_sequences)
+
+    def inputs(flat):
+        # The order goes in as a tensor made here, in the caller's graph.
+        return [p + ([tf.constant(s.reverse)] if shared else []) for p, s in zip(splitter(flat), key.specs)]
 
     def forward_fn(which):
         def forward(flat, mask):
@@ -312,3 +325,7 @@ def _split_loops(key: LoopKey, xla) -> LoopFunctions:
         return records, d_initial
 
     return forward_fn(0), forward_fn(1), backward_loops
+
+
+def _part_spec(spec: DirectionSpec, runtime_order: bool) -> DirectionSpec:
+    return spec._replace(reverse=RUNTIME_ORDER) if runtime_order else spec

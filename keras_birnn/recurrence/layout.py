@@ -10,7 +10,7 @@ incoming states. This module is the one home of those layouts; the loop
 key (`LoopKey`) is what a compiled loop is specialised on.
 """
 
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -76,6 +76,12 @@ class DirectionResult(NamedTuple):
 
 _DIFFERENTIABLE = ("inputs", "kernel", "input_bias", "recurrent_kernel", "recurrent_bias")
 
+# `DirectionSpec.reverse` of a loop that runs either order, told by a bool
+# tensor after the direction's other tensors in the flat list: the two
+# directions of a bidirectional layer then share one traced loop and one
+# XLA program per shape (`compiled._split_loops`).
+RUNTIME_ORDER = "runtime"
+
 
 class DirectionSpec(NamedTuple):
     """One direction's part of a loop key: everything but tensor values and
@@ -83,7 +89,7 @@ class DirectionSpec(NamedTuple):
     function traced for several batch/time sizes relaxes only those."""
 
     math: StepMath
-    reverse: bool
+    reverse: Union[bool, str]  # or RUNTIME_ORDER
     n_states: int
     present: Tuple[bool, ...]  # per `_DIFFERENTIABLE` field, then the state mask
     shapes: Tuple[tuple, tuple]  # the kernel's, the recurrent kernel's
@@ -94,9 +100,16 @@ class DirectionSpec(NamedTuple):
         return self.present[-1]
 
     @property
+    def runtime_order(self) -> bool:
+        """Whether the direction's order is a tensor at the end of its flat
+        part (`RUNTIME_ORDER`)."""
+        return isinstance(self.reverse, str)
+
+    @property
     def flat_size(self) -> int:
-        """How many tensors `_flatten` lays out for this direction."""
-        return sum(self.present) + self.n_states
+        """How many tensors `_flatten` lays out for this direction (and its
+        order, told at run time)."""
+        return sum(self.present) + self.n_states + int(self.runtime_order)
 
 
 class LoopKey(NamedTuple):
@@ -140,9 +153,10 @@ def _unflatten(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> Lis
         state_mask = None
         if spec.has_state_mask:
             state_mask, pos = flat[pos], pos + 1
-        rebuilt.append(
-            Direction(spec.math, initial_states=states, reverse=spec.reverse, state_mask=state_mask, **fields)
-        )
+        reverse = spec.reverse
+        if spec.runtime_order:
+            reverse, pos = flat[pos], pos + 1
+        rebuilt.append(Direction(spec.math, initial_states=states, reverse=reverse, state_mask=state_mask, **fields))
     return rebuilt
 
 
@@ -151,8 +165,8 @@ def _state_mask_positions(specs: Sequence[DirectionSpec]) -> set:
     positions, end = set(), 0
     for spec in specs:
         end += spec.flat_size
-        if spec.has_state_mask:  # a direction's state mask is its last tensor
-            positions.add(end - 1)
+        if spec.has_state_mask:  # last but the order told at run time
+            positions.add(end - 1 - int(spec.runtime_order))
     return positions
 
 

@@ -23,6 +23,33 @@ class _Span(NamedTuple):
     count: Any
 
 
+class _Visit(NamedTuple):
+    """The order of a direction told at run time (`Direction.reverse` a bool
+    tensor, `layout.RUNTIME_ORDER`), as the loop about to run visits it:
+    iteration `i` at position `base + stride * i`. Computed once, before
+    the loop (`_visiting`), so a step spends two scalar ops on it, as many
+    as a static order's two directions together."""
+
+    base: Any
+    stride: Any
+
+
+def _visiting(directions, span: _Span, backward: bool = False) -> list:
+    """`directions` with every run-time order (a bool tensor `reverse`) as
+    a `_Visit` of the forward loop, or with `backward` of the BPTT loop,
+    which walks the forward order back."""
+    visiting = []
+    for d in directions:
+        if isinstance(d.reverse, tf.Tensor):
+            stride = 1 - 2 * tf.cast(d.reverse, span.count.dtype)
+            base = span.first + tf.where(d.reverse, span.count - 1, 0)
+            if backward:
+                base, stride = base + stride * (span.count - 1), -stride
+            d = d._replace(reverse=_Visit(base, stride))
+        visiting.append(d)
+    return visiting
+
+
 def _span(mask: Optional[tf.Tensor], steps) -> _Span:
     """Every position without a mask; with one, the positions from the first
     that some row has valid to the last (at least one). A step masked in
@@ -47,12 +74,17 @@ def _visits_all(span: _Span) -> bool:
 
 def _time_index(direction: Direction, i, span: _Span):
     """The input position a direction reads at forward iteration `i`."""
+    if isinstance(direction.reverse, _Visit):
+        return direction.reverse.base + direction.reverse.stride * i
     offset = span.count - 1 - i if direction.reverse else i
     return offset if _visits_all(span) else span.first + offset
 
 
 def _backward_time_index(direction: Direction, i, span: _Span):
-    """The input position BPTT visits at iteration `i`: the forward order reversed."""
+    """The input position BPTT visits at iteration `i`: the forward order
+    reversed (a `_Visit` was made for the BPTT loop, `_visiting`)."""
+    if isinstance(direction.reverse, _Visit):
+        return direction.reverse.base + direction.reverse.stride * i
     return _time_index(direction, span.count - 1 - i, span)
 
 
@@ -80,7 +112,9 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     position, a backward direction's outputs came out reversed in time, and
     a batch padded beyond its longest row came out that much shorter.
     Exact in TensorFlow: a reverse, or a gather, and a select."""
-    if _visits_all(span):
+    if isinstance(direction.reverse, _Visit):
+        ordered = _in_visit_order(stacked_tm, direction.reverse, span, steps)
+    elif _visits_all(span):
         ordered = tf.reverse(stacked_tm, [0]) if direction.reverse else stacked_tm
     else:
         positions = tf.range(steps)
@@ -88,6 +122,15 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
         # Clipped into the iterations run: a converted loop's stack has only those.
         ordered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
     return ordered if mask_tm is None else tf.where(mask_tm, ordered, tf.zeros_like(ordered))
+
+
+def _in_visit_order(stacked_tm: tf.Tensor, visit: _Visit, span: _Span, steps) -> tf.Tensor:
+    """`_in_time_order`'s reordering for an order told at run time."""
+    if _visits_all(span):
+        # Only the branch taken runs: the forward order copies nothing.
+        return tf.cond(visit.stride < 0, lambda: tf.reverse(stacked_tm, [0]), lambda: stacked_tm)
+    iteration = (tf.range(steps) - visit.base) * visit.stride
+    return tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
 
 
 def _visited(sequence_tm: tf.Tensor, span: _Span) -> tf.Tensor:
