@@ -37,6 +37,7 @@ from keras_birnn.recurrence.timeloop import (
     _at,
     _backward_time_index,
     _in_time_order,
+    _output_index,
     _span,
     _time_index,
     _time_loop,
@@ -151,9 +152,8 @@ def _forward_body(directions, has_mask: bool, span: _Span) -> Callable:
             stepped, emitted, memory = _forward_step(d, x_t, valid, states[k])
             new_states.append(stepped)
             if outputs:
-                # Written in iteration order, put in time order after the
-                # loop (`_in_time_order`).
-                new_outputs.append(outputs[k].write(i, emitted))
+                # Put in time order after the loop (`_in_time_order`).
+                new_outputs.append(outputs[k].write(_output_index(d, i, t), emitted))
             if kept:
                 new_kept.append([a.write(t, m) for a, m in zip(kept[k], memory)])
         return new_states, new_outputs, new_kept

@@ -113,7 +113,7 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     a batch padded beyond its longest row came out that much shorter.
     Exact in TensorFlow: a reverse, or a gather, and a select."""
     if isinstance(direction.reverse, _Visit):
-        ordered = _in_visit_order(stacked_tm, direction.reverse, span, steps)
+        ordered = stacked_tm  # written at the positions (`_output_index`)
     elif _visits_all(span):
         ordered = tf.reverse(stacked_tm, [0]) if direction.reverse else stacked_tm
     else:
@@ -124,13 +124,13 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     return ordered if mask_tm is None else tf.where(mask_tm, ordered, tf.zeros_like(ordered))
 
 
-def _in_visit_order(stacked_tm: tf.Tensor, visit: _Visit, span: _Span, steps) -> tf.Tensor:
-    """`_in_time_order`'s reordering for an order told at run time."""
-    if _visits_all(span):
-        # Only the branch taken runs: the forward order copies nothing.
-        return tf.cond(visit.stride < 0, lambda: tf.reverse(stacked_tm, [0]), lambda: stacked_tm)
-    iteration = (tf.range(steps) - visit.base) * visit.stride
-    return tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
+def _output_index(direction: Direction, i, t):
+    """Where the forward loop writes iteration `i`'s output (at position
+    `t`): at the iteration (`_in_time_order` says why), except in a loop
+    whose order is a tensor (`_Visit`), which writes at the position and
+    needs no reordering: such loops are functions run in process, never
+    the exported ones a converter reads."""
+    return t if isinstance(direction.reverse, _Visit) else i
 
 
 def _visited(sequence_tm: tf.Tensor, span: _Span) -> tf.Tensor:
