@@ -82,9 +82,10 @@ def _time_index(direction: Direction, i, span: _Span):
 
 def _backward_time_index(direction: Direction, i, span: _Span):
     """The input position BPTT visits at iteration `i`: the forward order
-    reversed (a `_Visit` was made for the BPTT loop, `_visiting`)."""
+    reversed (a `_Visit` was made for the BPTT loop's own order,
+    `_visiting`)."""
     if isinstance(direction.reverse, _Visit):
-        return direction.reverse.base + direction.reverse.stride * i
+        return _time_index(direction, i, span)
     return _time_index(direction, span.count - 1 - i, span)
 
 
