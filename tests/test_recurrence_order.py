@@ -76,6 +76,33 @@ def test_runtime_order_is_the_static_order_bit_for_bit(cell_name, mask_name, jit
             np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("mask_name", ["none", "right_padding"])
+def test_xla_compiles_one_program_for_both_orders(mask_name):
+    """With the order an argument of the XLA-compiled function, as the
+    shared loops get it, both orders give the same HLO program: nothing
+    in the forward or BPTT loop turns the order into a compile-time
+    constant (a strided slice at an index computed from it would, without
+    a mask too, and XLA would compile once per direction)."""
+    cell, kernel, recurrent_kernel, bias = _cell_parts("gru")
+    has_mask = MASKS[mask_name] is not None
+
+    @tf.function(jit_compile=True, autograph=False)
+    def loops(x, mask, d_seq, reverse):
+        states = [tf.zeros([tf.shape(x)[0], U])]
+        d = Direction(cell.step_math(), x, kernel, cell.input_bias(bias), recurrent_kernel, cell.recurrent_bias(bias),
+                      states, reverse=reverse)
+        m = mask if has_mask else None
+        sequences, finals, memory = _forward_loop([d], m, True, True)
+        records, d_states = _backward_loop([d], m, True, memory, [d_seq] + finals[0])
+        return sequences, records, d_states
+
+    rng = np.random.default_rng(5)
+    feed = (rng.normal(size=(B, T, F)).astype("float32"), MASKS["right_padding"],
+            rng.normal(size=(B, T, U)).astype("float32"))
+    programs = [loops.experimental_get_compiler_ir(*feed, tf.constant(r))(stage="hlo") for r in (False, True)]
+    assert programs[0] == programs[1]
+
+
 def test_both_directions_share_one_xla_program():
     """A bidirectional layer's training graph holds one XLA-compiled
     function per loop role (the forward loop that keeps what BPTT needs,

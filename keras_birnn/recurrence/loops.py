@@ -85,8 +85,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     inputs_tm = [_swap_batch_and_time(d.inputs) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = _step_masks(mask, directions)
-    span = _span(mask, steps)
-    directions = _visiting(directions, span)
+    directions, span = _visiting(directions, _span(mask, steps))
     in_step = read_in_step or (keep_for_bptt and (xla_reads or _in_xla()))
     read = _forward_reads(directions, inputs_tm, mask_tm, span, in_step)
     body = _forward_body(directions, mask_tm is not None, span)
@@ -185,8 +184,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     which the bulk gradients are summed) and the initial states' gradients."""
     steps = tf.shape(directions[0].inputs)[1]
     mask_tm = _step_masks(mask, directions)
-    span = _span(mask, steps)
-    directions = _visiting(directions, span, backward=True)
+    directions, span = _visiting(directions, _span(mask, steps), backward=True)
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else _swap_batch_and_time(g) for g, _ in output_grads]
     # Transposed once, before the loop: a transpose inside the step's

@@ -34,10 +34,13 @@ class _Visit(NamedTuple):
     stride: Any
 
 
-def _visiting(directions, span: _Span, backward: bool = False) -> list:
+def _visiting(directions, span: _Span, backward: bool = False) -> Tuple[list, _Span]:
     """`directions` with every run-time order (a bool tensor `reverse`) as
     a `_Visit` of the forward loop, or with `backward` of the BPTT loop,
-    which walks the forward order back."""
+    which walks the forward order back; and the span, whose `first` is
+    then a tensor even without a mask, so that `_at` reads by gather: XLA
+    takes a strided slice's start as a compile-time constant, and would
+    make the order one and compile the loop once per direction."""
     visiting = []
     for d in directions:
         if isinstance(d.reverse, tf.Tensor):
@@ -46,8 +49,9 @@ def _visiting(directions, span: _Span, backward: bool = False) -> list:
             if backward:
                 base, stride = base + stride * (span.count - 1), -stride
             d = d._replace(reverse=_Visit(base, stride))
+            span = span._replace(first=tf.convert_to_tensor(span.first, span.count.dtype))
         visiting.append(d)
-    return visiting
+    return visiting, span
 
 
 def _span(mask: Optional[tf.Tensor], steps) -> _Span:
@@ -91,9 +95,10 @@ def _backward_time_index(direction: Direction, i, span: _Span):
 
 def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
     """Position `t` of a time-major sequence. When `t` depends on the mask
-    (`_span`), a gather: XLA would take the strided slice read before the
-    loop as needing a constant, turn the mask into one and compile the loop
-    again for every new mask."""
+    (`_span`) or on a run-time order (`_visiting`), a gather: XLA would
+    take the strided slice read before the loop as needing a constant,
+    turn the mask (or the order) into one and compile the loop again for
+    every new mask."""
     return sequence_tm[t] if _visits_all(span) else tf.gather(sequence_tm, t)
 
 
