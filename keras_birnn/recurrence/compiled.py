@@ -75,8 +75,9 @@ def _loops(key: LoopKey, xla, split: bool) -> LoopFunctions:
     (eagerly too); XLA compiles each once per concrete input shape. An
     inference forward of one direction has two XLA loops, for small and
     large steps (`_by_batch_size`); every plain loop has two forms,
-    functional and lowered (`_loop`). With `split`, every direction has
-    loops of its own (`_split_loops`). `xla` is as `_compiled` takes it."""
+    functional and lowered (`_loop`). With `split`, every direction runs
+    loops of its own, which directions of one structure share
+    (`_split_loops`). `xla` is as `_compiled` takes it."""
     if split:
         return _split_loops(key, xla)
     # The shared forms read slices as XLA's do (`_time_loop`), in both.

@@ -54,7 +54,9 @@ class Direction(NamedTuple):
         recurrent_kernel, recurrent_bias: The weights the step maths use.
         initial_states: list of `[batch, units]` tensors.
         reverse: Iterate from the last step to the first; outputs stay
-            aligned with the input positions.
+            aligned with the input positions. Inside a loop built for
+            either order (`RUNTIME_ORDER`), a bool tensor, which the
+            loop turns into `timeloop._Visit`.
         state_mask: Optional recurrent-dropout mask `[batch, units]`.
     """
 
@@ -107,8 +109,9 @@ class DirectionSpec(NamedTuple):
 
     @property
     def flat_size(self) -> int:
-        """How many tensors `_flatten` lays out for this direction (and its
-        order, told at run time)."""
+        """How many tensors this direction takes in a loop's flat list:
+        `_flatten`'s, and the order where it is told at run time
+        (appended by `compiled._split_loops`)."""
         return sum(self.present) + self.n_states + int(self.runtime_order)
 
 

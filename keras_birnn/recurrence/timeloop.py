@@ -104,8 +104,9 @@ def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
 
 def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, steps,
                    mask_tm: Optional[tf.Tensor] = None) -> tf.Tensor:
-    """The outputs the forward loop wrote at its iterations `i` (`stacked_tm`,
-    time-major), each moved to its input position (`_time_index`), zeros
+    """The outputs the forward loop wrote (`stacked_tm`, time-major; at its
+    iterations `i`, or at their positions, `_output_index`), each at its
+    input position (`_time_index`), zeros
     where `mask_tm` (`[T, B, units]`) is False: the loop wrote a masked
     step's carried state, and zeroing every masked position once here
     costs two ops per call instead of two per step. Positions the loop
