@@ -23,6 +23,7 @@ MASKS = {
     "right_padding": np.arange(T)[None] < np.array([[6], [4], [1], [6]]),  # the last 3 steps skipped
     "left_padding": np.arange(T)[None] >= np.array([[2], [5], [8], [3]]),  # the first 2 skipped
     "holes": np.array([[1, 0, 1, 1, 0, 0, 1, 0, 0]] * 2 + [[0, 1, 0, 1, 1, 0, 0, 1, 0]] * 2, bool),
+    "no_valid_step": np.zeros((B, T), bool),  # the span's one masked step
 }
 SPEC = [tf.TensorSpec([None, None, F]), tf.TensorSpec([None, None], tf.bool), tf.TensorSpec([None, None, U])]
 
@@ -36,7 +37,7 @@ def _cell_parts(cell_name: str):
     return cell, kernel, recurrent_kernel, bias
 
 
-def _loops_of(cell_name: str, order: str, has_mask: bool):
+def _loops_of(cell_name: str, order: str, has_mask: bool, return_sequences: bool = True):
     """The forward and BPTT loops of one direction, its order "static"
     (a Python bool) or "runtime" (a bool tensor), as a function of the
     inputs, the mask, the output gradient and the order."""
@@ -47,18 +48,19 @@ def _loops_of(cell_name: str, order: str, has_mask: bool):
         d = Direction(cell.step_math(), x, kernel, cell.input_bias(bias), recurrent_kernel, cell.recurrent_bias(bias),
                       states, reverse=reverse if order == "static" else tf.constant(reverse))
         mask = mask if has_mask else None
-        sequences, finals, memory = _forward_loop([d], mask, True, True)
-        d_flat_out = [d_seq] + [tf.ones_like(s) for s in finals[0]]
-        records, d_states = _backward_loop([d], mask, True, memory, d_flat_out)
-        return sequences, finals, memory, records, d_states
+        sequences, finals, memory = _forward_loop([d], mask, return_sequences, True)
+        d_flat_out = [d_seq] * return_sequences + [tf.ones_like(s) for s in finals[0]]
+        records, d_states = _backward_loop([d], mask, return_sequences, memory, d_flat_out)
+        return [s for s in sequences if s is not None], finals, memory, records, d_states
 
     return run
 
 
+@pytest.mark.parametrize("return_sequences", [True, False], ids=["sequences", "final_states"])
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize("mask_name", list(MASKS))
 @pytest.mark.parametrize("cell_name", ["gru", "lstm"])
-def test_runtime_order_is_the_static_order_bit_for_bit(cell_name, mask_name, jit_compile):
+def test_runtime_order_is_the_static_order_bit_for_bit(cell_name, mask_name, jit_compile, return_sequences):
     rng = np.random.default_rng(7)
     x = rng.normal(size=(B, T, F)).astype("float32")
     d_seq = rng.normal(size=(B, T, U)).astype("float32")
@@ -67,7 +69,7 @@ def test_runtime_order_is_the_static_order_bit_for_bit(cell_name, mask_name, jit
     for reverse in (False, True):
         results = {}
         for order in ("static", "runtime"):
-            loops = _loops_of(cell_name, order, mask is not None)
+            loops = _loops_of(cell_name, order, mask is not None, return_sequences)
             fn = tf.function(lambda x, m, g: loops(x, m, g, reverse), input_signature=SPEC, jit_compile=jit_compile,
                              autograph=False)
             results[order] = [np.asarray(t) for t in tf.nest.flatten(fn(*feed))]
