@@ -295,15 +295,15 @@ def _split_loops(key: LoopKey, xla) -> LoopFunctions:
     layer with one cell structure call the same functions: each traced
     once, and XLA compiles one program per shape for both, in half the time
     (benchmarks/README.md, "What a compilation costs and saves")."""
-    shared = bool(xla)
-    parts = [_loops(key._replace(specs=(_part_spec(spec, shared),)), xla, False) for spec in key.specs]
+    runtime_order = xla is not False
+    parts = [_loops(key._replace(specs=(_part_spec(spec, runtime_order),)), xla, False) for spec in key.specs]
     splitter = _input_splitter(key.specs)
     memories = _memory_splitter(key.specs)
     outputs = _output_splitter(key.specs, key.return_sequences)
 
     def inputs(flat):
         # The order goes in as a tensor made here, in the caller's graph.
-        return [p + ([tf.constant(s.reverse)] if shared else []) for p, s in zip(splitter(flat), key.specs)]
+        return [p + ([tf.constant(s.reverse)] if runtime_order else []) for p, s in zip(splitter(flat), key.specs)]
 
     def forward_fn(which):
         def forward(flat, mask):

@@ -109,10 +109,10 @@ class DirectionSpec(NamedTuple):
 
     @property
     def flat_size(self) -> int:
-        """How many tensors this direction takes in a loop's flat list:
-        `_flatten`'s, and the order where it is told at run time
-        (appended by `compiled._split_loops`)."""
-        return sum(self.present) + self.n_states + int(self.runtime_order)
+        """How many tensors `_flatten` lays out for this direction (a
+        run-time order, appended by `compiled._split_loops` for one
+        direction's loops, is not counted: only `_unflatten` reads it)."""
+        return sum(self.present) + self.n_states
 
 
 class LoopKey(NamedTuple):
@@ -168,8 +168,8 @@ def _state_mask_positions(specs: Sequence[DirectionSpec]) -> set:
     positions, end = set(), 0
     for spec in specs:
         end += spec.flat_size
-        if spec.has_state_mask:  # last but the order told at run time
-            positions.add(end - 1 - int(spec.runtime_order))
+        if spec.has_state_mask:  # a direction's state mask is its last tensor
+            positions.add(end - 1)
     return positions
 
 
