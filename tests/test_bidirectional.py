@@ -407,8 +407,9 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     one-tanh activation and asks for that slice to be read one step ahead in
     the BPTT loop (`materialize_saved`); with other activations it keeps the
     pre-activations, sliced in the step. So the BPTT loop both directions
-    share carries one value more, the forward loop as many; without XLA every
-    slice is read ahead either way. (Both paths' gradients against the
+    share carries two values more (the slice, and the last index a loop
+    reading ahead reads at, computed once before it: `_time_loop`), the
+    forward loop as many; without XLA every slice is read ahead either way. (Both paths' gradients against the
     oracle: test_training_loop_reads here, test_other_activations_match_oracle
     in test_cells_activations.py.)"""
     def carried(**cell_kwargs):
@@ -421,7 +422,7 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     one_tanh, other = carried(), carried(recurrent_activation="hard_sigmoid")
     assert len(one_tanh["bptt"]) == len(one_tanh["forward"]) == 1, one_tanh
     assert one_tanh["forward"] == other["forward"], (one_tanh, other)
-    assert [a - b for a, b in zip(one_tanh["bptt"], other["bptt"])] == [1], (one_tanh, other)
+    assert [a - b for a, b in zip(one_tanh["bptt"], other["bptt"])] == [2], (one_tanh, other)
     loop_settings(xla=False, functional_step_limit=0)
     assert carried() == carried(recurrent_activation="hard_sigmoid")
 

@@ -35,7 +35,6 @@ from keras_birnn.recurrence.timeloop import (
     _Span,
     _array,
     _at,
-    _backward_time_index,
     _in_time_order,
     _output_index,
     _span,
@@ -93,7 +92,8 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
-    final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered)
+    bounded = xla_reads or _in_xla()
+    final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered, bounded)
     sequences = [None] * len(directions)
     if outputs:
         masks = mask_tm or [None] * len(directions)
@@ -196,7 +196,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     body = _backward_body(directions, memory, d_seq_tm, mask_tm is not None, span, transposed_kernels)
     records = [_record_array(d, steps) for d in directions]
     initial = ([final for _, final in output_grads], records)
-    d_states, records = _time_loop(span, steps, read, body, initial, lowered)
+    d_states, records = _time_loop(span, steps, read, body, initial, lowered, bounded=in_xla)
     return [a.stack() for a in records], d_states
 
 
@@ -208,7 +208,7 @@ def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: 
     def read(i):
         current = []
         for k, d in enumerate(directions):
-            t = _backward_time_index(d, i, span)
+            t = _time_index(d, i, span)
             saved, *incoming = memory[k]
             current.append((_at(saved, t, span), in_xla and not d.math.materialize_saved))
             current.extend((_at(m, t, span), in_xla) for m in incoming)
@@ -229,7 +229,7 @@ def _backward_body(directions, memory, d_seq_tm, has_mask: bool, span: _Span, tr
         current = iter(current)
         new_states, new_records = [], []
         for k, d in enumerate(directions):
-            t = _backward_time_index(d, i, span)
+            t = _time_index(d, i, span)
             kept = [next(current) for _ in memory[k]]
             d_seq = None if d_seq_tm[k] is None else next(current)
             valid = next(current) if has_mask else None

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from keras_birnn._tf_internal import set_while_lowering
 from keras_birnn.recurrence.layout import Direction, _with_static_shape
+from keras_birnn.recurrence.switches import _in_xla
 
 
 class _Span(NamedTuple):
@@ -24,20 +25,32 @@ class _Span(NamedTuple):
 
 
 class _Visit(NamedTuple):
-    """The order of a direction told at run time (`Direction.reverse` a bool
-    tensor, `layout.RUNTIME_ORDER`), as the loop about to run visits it:
-    iteration `i` at position `base + stride * i`. Computed once, before
-    the loop (`_visiting`), so a step spends two scalar ops on it, as many
-    as a static order's two directions together."""
+    """The order in which a loop visits a direction's positions: iteration
+    `i` at position `base + stride * i`, both computed once before the loop
+    (`_visiting`), so that a step spends at most two scalar ops on its
+    position instead of recomputing it from the span (a plain loop runs op
+    by op, and for small steps such ops are a large share of a step). The
+    stride is +1 or -1 when the order is fixed where the loop is traced, or
+    a tensor when it is told at run time (`Direction.reverse` a bool
+    tensor, `layout.RUNTIME_ORDER`)."""
 
-    base: Any
-    stride: Any
+    base: Any  # the Python int 0, or a scalar tensor
+    stride: Any  # 1, -1, or a scalar tensor
+
+    @property
+    def runtime(self) -> bool:
+        return isinstance(self.stride, tf.Tensor)
+
+    @property
+    def backward(self) -> bool:
+        """A fixed order visiting positions from the last to the first."""
+        return not self.runtime and self.stride < 0
 
 
 def _visiting(directions, span: _Span, backward: bool = False) -> Tuple[list, _Span]:
-    """`directions` with every run-time order (a bool tensor `reverse`) as
-    a `_Visit` of the forward loop, or with `backward` of the BPTT loop,
-    which walks the forward order back; and the span, whose `first` is
+    """`directions` with `reverse` as a `_Visit` of the forward loop, or
+    with `backward` of the BPTT loop, which walks the forward order back.
+    With a run-time order (a bool tensor `reverse`) the span's `first` is
     then a tensor even without a mask, so that `_at` reads by gather: XLA
     takes a strided slice's start as a compile-time constant, and would
     make the order one and compile the loop once per direction."""
@@ -46,12 +59,20 @@ def _visiting(directions, span: _Span, backward: bool = False) -> Tuple[list, _S
         if isinstance(d.reverse, tf.Tensor):
             stride = 1 - 2 * tf.cast(d.reverse, span.count.dtype)
             base = span.first + tf.where(d.reverse, span.count - 1, 0)
-            if backward:
-                base, stride = base + stride * (span.count - 1), -stride
-            d = d._replace(reverse=_Visit(base, stride))
             span = span._replace(first=tf.convert_to_tensor(span.first, span.count.dtype))
-        visiting.append(d)
+        elif d.reverse:
+            base, stride = _plus(span.first, span.count - 1), -1
+        else:
+            base, stride = span.first, 1
+        if backward:
+            base, stride = _plus(base, stride * (span.count - 1)), -stride
+        visiting.append(d._replace(reverse=_Visit(base, stride)))
     return visiting, span
+
+
+def _plus(base, offset):
+    """`base + offset`, without an op for the Python int 0."""
+    return offset if isinstance(base, int) and base == 0 else base + offset
 
 
 def _span(mask: Optional[tf.Tensor], steps) -> _Span:
@@ -77,29 +98,25 @@ def _visits_all(span: _Span) -> bool:
 
 
 def _time_index(direction: Direction, i, span: _Span):
-    """The input position a direction reads at forward iteration `i`."""
-    if isinstance(direction.reverse, _Visit):
-        return direction.reverse.base + direction.reverse.stride * i
-    offset = span.count - 1 - i if direction.reverse else i
-    return offset if _visits_all(span) else span.first + offset
-
-
-def _backward_time_index(direction: Direction, i, span: _Span):
-    """The input position BPTT visits at iteration `i`: the forward order
-    reversed (a `_Visit` was made for the BPTT loop's own order,
-    `_visiting`)."""
-    if isinstance(direction.reverse, _Visit):
-        return _time_index(direction, i, span)
-    return _time_index(direction, span.count - 1 - i, span)
+    """The position a direction visits at iteration `i` of the loop it was
+    made a `_Visit` for (`_visiting`)."""
+    visit = direction.reverse
+    if visit.runtime:
+        return visit.base + visit.stride * i
+    return visit.base - i if visit.backward else _plus(visit.base, i)
 
 
 def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
-    """Position `t` of a time-major sequence. When `t` depends on the mask
-    (`_span`) or on a run-time order (`_visiting`), a gather: XLA would
-    take the strided slice read before the loop as needing a constant,
-    turn the mask (or the order) into one and compile the loop again for
-    every new mask."""
-    return sequence_tm[t] if _visits_all(span) else tf.gather(sequence_tm, t)
+    """Position `t` of a time-major sequence: a gather, one op where a
+    strided slice at a tensor position takes four (its bounds packed), except
+    in a loop XLA compiles that visits every position at fixed positions.
+    When `t` depends on the mask (`_span`) or on a run-time order
+    (`_visiting`), XLA needs the gather too: it would take the strided
+    slice's start as needing a constant, turn the mask (or the order) into
+    one and compile the loop again for every new mask."""
+    if _visits_all(span) and _in_xla():
+        return sequence_tm[t]
+    return tf.gather(sequence_tm, t)
 
 
 def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, steps,
@@ -119,13 +136,14 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     position, a backward direction's outputs came out reversed in time, and
     a batch padded beyond its longest row came out that much shorter.
     Exact in TensorFlow: a reverse, or a gather, and a select."""
-    if isinstance(direction.reverse, _Visit):
+    visit = direction.reverse
+    if visit.runtime:
         ordered = stacked_tm  # written at the positions (`_output_index`)
     elif _visits_all(span):
-        ordered = tf.reverse(stacked_tm, [0]) if direction.reverse else stacked_tm
+        ordered = tf.reverse(stacked_tm, [0]) if visit.backward else stacked_tm
     else:
         positions = tf.range(steps)
-        iteration = span.first + span.count - 1 - positions if direction.reverse else positions - span.first
+        iteration = span.first + span.count - 1 - positions if visit.backward else positions - span.first
         # Clipped into the iterations run: a converted loop's stack has only those.
         ordered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
     return ordered if mask_tm is None else tf.where(mask_tm, ordered, tf.zeros_like(ordered))
@@ -137,7 +155,7 @@ def _output_index(direction: Direction, i, t):
     whose order is a tensor (`_Visit`), which writes at the position and
     needs no reordering: such loops are functions run in process, never
     the exported ones a converter reads."""
-    return t if isinstance(direction.reverse, _Visit) else i
+    return t if direction.reverse.runtime else i
 
 
 def _visited(sequence_tm: tf.Tensor, span: _Span) -> tf.Tensor:
@@ -162,7 +180,8 @@ def _array(like: tf.Tensor, steps) -> tf.TensorArray:
 Reads = List[Tuple[tf.Tensor, bool]]
 
 
-def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable, state, lowered: Optional[bool] = None):
+def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable, state, lowered: Optional[bool] = None,
+               bounded: bool = True):
     """`tf.while_loop` over `i` in `[0, span.count)`; `body(i, current, state)`
     gets `current`, the step's slices. `read(i)` returns them as
     `(slice, in_step)` pairs: each is sliced inside the step or read one
@@ -183,7 +202,11 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
 
     `maximum_iterations` is the sequence's length `steps`, never the
     span's count: XLA needs it as a constant, and one computed from the
-    mask would make XLA compile the loop again for every new mask.
+    mask would make XLA compile the loop again for every new mask. Loops
+    no XLA compiles (`bounded` False) go without: the bound costs a plain
+    loop a counter, a comparison and a logical and at every iteration.
+    What an iteration computes from `i` alone (the next index, the last)
+    is computed once, for the same reason.
 
     `lowered` (True or False) sets the loop's form outside XLA (lowered or
     a functional `While`; `compiled._loop` chooses); None leaves
@@ -201,15 +224,19 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
         carried = iter(carried)
         return [s if now else next(carried) for s, now in read(i)]
 
+    final = span.count - 1
+
     def cond(i, *_):
         return i < span.count
 
     def loop_body(i, carried, state):
         state = body(i, current(i, carried), state)
-        carried = ahead(read(tf.minimum(i + 1, span.count - 1))) if not all(flags) else []
-        return i + 1, carried, state
+        following = i + 1
+        carried = ahead(read(tf.minimum(following, final))) if not all(flags) else []
+        return following, carried, state
 
-    last, _, state = tf.while_loop(cond, loop_body, (tf.constant(0), ahead(first), state), maximum_iterations=steps)
+    start = (tf.constant(0), ahead(first), state)
+    last, _, state = tf.while_loop(cond, loop_body, start, maximum_iterations=steps if bounded else None)
     if lowered is not None and not tf.executing_eagerly():
         set_while_lowering(last, lowered)
     return state
