@@ -15,7 +15,7 @@ import tensorflow as tf
 import keras_birnn as kb
 import reference as ref
 from birnn_cases import CELLS, MERGES, TRAINING_MODES, B, U, make_case
-from helpers import MASK_4x6 as MASK, assert_all_close, eager_and_graph, in_graph, to_numpy
+from helpers import MASK_4x6 as MASK, PADDING_PATTERNS_4x6, assert_all_close, eager_and_graph, in_graph, to_numpy
 
 # A diagonal pairing cells with merge modes, for what needs one run per cell.
 DIAGONAL = list(zip(CELLS, ["concat", "projection_softmax", "none", "mul", "sum"]))
@@ -550,6 +550,40 @@ def test_inline_read_chosen_by_batch_size():
             assert float(forward([x], None)[0][0][0]) == expected
             traced = tf.function(lambda x: forward([x], None)[0][0], input_signature=[tf.TensorSpec([None, None, 1])])
             assert float(traced(x)[0]) == expected
+
+
+@pytest.mark.parametrize("pattern", ["right", "holes"])
+def test_backward_layer_of_another_cell_in_a_graph(pattern):
+    """A GRU forward and an LSTM backward: two loop structures, so each
+    direction gets loops of its own (no shared function), on the default
+    path in a graph with unknown batch and time sizes. Outputs (sum merge)
+    and every weight's and the inputs' gradients against the NumPy oracle's
+    forward and hand-written BPTT."""
+    backward = kb.Recurrent(kb.LSTMCell(U), reverse=True)
+    layer = kb.Bidirectional(kb.GRUCell(U), backward_layer=backward, return_sequences=True, merge_mode="sum")
+    layer.build((None, None, 3))
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=MASK.shape + (3,)).astype(np.float32)
+    mask = MASK if pattern == "holes" else PADDING_PATTERNS_4x6["right"]
+    weights = rng.normal(size=(mask.shape[0], mask.shape[1], U)).astype(np.float32)
+
+    @tf.function(input_signature=UNKNOWN_SIZES)
+    def run(x, mask):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, mask=mask, training=True)
+            loss = tf.reduce_sum(y * weights)
+        return y, tape.gradient(loss, [x] + layer.forward.trainable_variables + backward.trainable_variables)
+
+    y, grads = run(x, mask)
+    params = lambda cell: {k: getattr(cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}  # noqa: E731
+    out_f, _ = ref.run_direction("gru", params(layer.forward.cell), x, mask)
+    out_b, _ = ref.run_direction("lstm", params(backward.cell), x, mask, reverse=True)
+    g_f = ref.direction_grads("gru", params(layer.forward.cell), x, weights, mask)
+    g_b = ref.direction_grads("lstm", params(backward.cell), x, weights, mask, reverse=True)
+    expected = [g_f["x"] + g_b["x"]] + [g[k] for g in (g_f, g_b) for k in ("kernel", "recurrent_kernel", "bias")]
+    assert_all_close(to_numpy(y), out_f + out_b)
+    assert_all_close([to_numpy(g) for g in grads], expected)
 
 
 # --- structure -----------------------------------------------------------------

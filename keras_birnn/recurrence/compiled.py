@@ -14,14 +14,15 @@ import tensorflow as tf
 from keras_birnn.recurrence.gradients import _bulk_gradients
 from keras_birnn.recurrence.layout import (
     DirectionSpec,
-    RUNTIME_ORDER,
     LoopKey,
     _flatten_outputs,
     _group_memory,
+    _in_runtime_order,
     _input_splitter,
     _memory_splitter,
     _output_splitter,
     _unflatten,
+    _with_order,
 )
 from keras_birnn.recurrence.loops import _backward_loop, _forward_loop, _plain_loop
 
@@ -291,19 +292,19 @@ def _split_loops(key: LoopKey, xla) -> LoopFunctions:
     graph TensorFlow's executor runs the directions' loops at the same time.
 
     Loops built as functions (`xla` not False) take their direction's order
-    as a tensor (`RUNTIME_ORDER`), so the directions of a bidirectional
+    as a tensor (`layout._with_order`), so the directions of a bidirectional
     layer with one cell structure call the same functions: each traced
     once, and XLA compiles one program per shape for both, in half the time
     (benchmarks/README.md, "What a compilation costs and saves")."""
     runtime_order = xla is not False
-    parts = [_loops(key._replace(specs=(_part_spec(spec, runtime_order),)), xla, False) for spec in key.specs]
+    part_specs = [_in_runtime_order(spec) if runtime_order else spec for spec in key.specs]
+    parts = [_loops(key._replace(specs=(spec,)), xla, False) for spec in part_specs]
     splitter = _input_splitter(key.specs)
     memories = _memory_splitter(key.specs)
     outputs = _output_splitter(key.specs, key.return_sequences)
 
     def inputs(flat):
-        # The order goes in as a tensor made here, in the caller's graph.
-        return [p + ([tf.constant(s.reverse)] if runtime_order else []) for p, s in zip(splitter(flat), key.specs)]
+        return [_with_order(p, s) if runtime_order else p for p, s in zip(splitter(flat), key.specs)]
 
     def forward_fn(which):
         def forward(flat, mask):
@@ -327,6 +328,3 @@ def _split_loops(key: LoopKey, xla) -> LoopFunctions:
 
     return forward_fn(0), forward_fn(1), backward_loops
 
-
-def _part_spec(spec: DirectionSpec, runtime_order: bool) -> DirectionSpec:
-    return spec._replace(reverse=RUNTIME_ORDER) if runtime_order else spec

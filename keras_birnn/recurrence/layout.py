@@ -110,8 +110,8 @@ class DirectionSpec(NamedTuple):
     @property
     def flat_size(self) -> int:
         """How many tensors `_flatten` lays out for this direction (a
-        run-time order, appended by `compiled._split_loops` for one
-        direction's loops, is not counted: only `_unflatten` reads it)."""
+        run-time order, appended by `_with_order` for one direction's
+        loops, is not counted: only `_unflatten` reads it)."""
         return sum(self.present) + self.n_states
 
 
@@ -161,6 +161,18 @@ def _unflatten(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> Lis
             reverse, pos = flat[pos], pos + 1
         rebuilt.append(Direction(spec.math, initial_states=states, reverse=reverse, state_mask=state_mask, **fields))
     return rebuilt
+
+
+def _in_runtime_order(spec: DirectionSpec) -> DirectionSpec:
+    """`spec` for loops that take the direction's order as a tensor."""
+    return spec._replace(reverse=RUNTIME_ORDER)
+
+
+def _with_order(flat_part: Sequence[tf.Tensor], spec: DirectionSpec) -> list:
+    """One direction's flat part for the loops of `_in_runtime_order(spec)`:
+    its order appended as a bool tensor, made here, in the caller's graph,
+    and read back by `_unflatten`."""
+    return list(flat_part) + [tf.constant(spec.reverse)]
 
 
 def _state_mask_positions(specs: Sequence[DirectionSpec]) -> set:
