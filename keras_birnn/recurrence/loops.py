@@ -85,15 +85,15 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = _step_masks(mask, directions)
     directions, span = _visiting(directions, _span(mask, steps))
-    in_step = read_in_step or (keep_for_bptt and (xla_reads or _in_xla()))
+    in_xla = xla_reads or _in_xla()
+    in_step = read_in_step or (keep_for_bptt and in_xla)
     read = _forward_reads(directions, inputs_tm, mask_tm, span, in_step)
     body = _forward_body(directions, mask_tm is not None, span)
 
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
-    bounded = xla_reads or _in_xla()
-    final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered, bounded)
+    final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered, bounded=in_xla)
     sequences = [None] * len(directions)
     if outputs:
         masks = mask_tm or [None] * len(directions)

@@ -42,7 +42,7 @@ class _Visit(NamedTuple):
         return isinstance(self.stride, tf.Tensor)
 
     @property
-    def backward(self) -> bool:
+    def descending(self) -> bool:
         """A fixed order visiting positions from the last to the first."""
         return not self.runtime and self.stride < 0
 
@@ -60,12 +60,12 @@ def _visiting(directions, span: _Span, backward: bool = False) -> Tuple[list, _S
             stride = 1 - 2 * tf.cast(d.reverse, span.count.dtype)
             base = span.first + tf.where(d.reverse, span.count - 1, 0)
             span = span._replace(first=tf.convert_to_tensor(span.first, span.count.dtype))
-        elif d.reverse:
+            if backward:
+                base, stride = base + stride * (span.count - 1), -stride
+        elif bool(d.reverse) != backward:  # from the last visited position down
             base, stride = _plus(span.first, span.count - 1), -1
         else:
             base, stride = span.first, 1
-        if backward:
-            base, stride = _plus(base, stride * (span.count - 1)), -stride
         visiting.append(d._replace(reverse=_Visit(base, stride)))
     return visiting, span
 
@@ -103,7 +103,7 @@ def _time_index(direction: Direction, i, span: _Span):
     visit = direction.reverse
     if visit.runtime:
         return visit.base + visit.stride * i
-    return visit.base - i if visit.backward else _plus(visit.base, i)
+    return visit.base - i if visit.descending else _plus(visit.base, i)
 
 
 def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
@@ -140,10 +140,10 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     if visit.runtime:
         ordered = stacked_tm  # written at the positions (`_output_index`)
     elif _visits_all(span):
-        ordered = tf.reverse(stacked_tm, [0]) if visit.backward else stacked_tm
+        ordered = tf.reverse(stacked_tm, [0]) if visit.descending else stacked_tm
     else:
         positions = tf.range(steps)
-        iteration = span.first + span.count - 1 - positions if visit.backward else positions - span.first
+        iteration = span.first + span.count - 1 - positions if visit.descending else positions - span.first
         # Clipped into the iterations run: a converted loop's stack has only those.
         ordered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
     return ordered if mask_tm is None else tf.where(mask_tm, ordered, tf.zeros_like(ordered))
@@ -205,8 +205,9 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
     mask would make XLA compile the loop again for every new mask. Loops
     no XLA compiles (`bounded` False) go without: the bound costs a plain
     loop a counter, a comparison and a logical and at every iteration.
-    What an iteration computes from `i` alone (the next index, the last)
-    is computed once, for the same reason.
+    The last index, which reading ahead clamps to, is computed once
+    before the loop and the next index once per iteration, for the same
+    reason.
 
     `lowered` (True or False) sets the loop's form outside XLA (lowered or
     a functional `While`; `compiled._loop` chooses); None leaves
