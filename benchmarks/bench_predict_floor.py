@@ -21,9 +21,25 @@ untrained: a pass costs the same.
 "none" keeps everything else of the pass (the `predict` loop or the
 example's evaluation loop, embeddings, heads), so keras/none bounds the
 ratio over Keras's pass that any implementation of the recurrent layer
-could reach. Results and command: benchmarks/README.md.
+could reach.
+
+`--exports` times the demo's exported models instead, one call of a
+SavedModel signature at batch 1 and 64 (`--rounds` calls per peer):
+kb (`serving_default`, with `lengths`), kb_unpadded (`serving_unpadded`),
+keras (`model.export`), and three SavedModels written by hand with plain
+`tf.while_loop`s, one per direction, around the same projection and
+softmax, from the Keras twin's weights (`plain_modules`): plain_gru, the
+same GRU step by step (it serves the twin's numbers); plain_tanh, a
+simple tanh RNN of the same width (the GRU's candidate weights alone),
+fewer ops per step than any GRU step; no_arithmetic, the loop that only
+reads each step's projected input and writes it out. An export cannot
+compile its loops with XLA (ONNX and LiteRT convert the graph as it is,
+and TF Serving runs XLA only behind an experimental flag), so these
+bound what a plain loop gives the demo's export. Results and command:
+benchmarks/README.md.
 
     python -u benchmarks/bench_predict_floor.py --rounds 20
+    python -u benchmarks/bench_predict_floor.py --exports --rounds 400
 """
 
 import argparse
@@ -89,12 +105,131 @@ def classifier_passes() -> Dict[str, Callable[[], Any]]:
     return {peer: (lambda m=m: sc.evaluate(m, test)) for peer, m in models.items()}
 
 
+EXPORT_PEERS = ("kb", "kb_unpadded", "keras", "plain_gru", "plain_tanh", "no_arithmetic")
+PLAIN_STEPS = EXPORT_PEERS[3:]
+
+
+def _plain_direction(x_tm, weights, step: str, reverse: bool):
+    """One direction of a hand-written export: a `tf.while_loop` over the
+    time-major `x_tm` (reversed for the backward direction, its outputs put
+    back in time order), the inputs projected before the loop. `weights`
+    are a Keras GRU's (gates z, r, h; bias `[2, 3 * units]`)."""
+    import tensorflow as tf
+
+    kernel, recurrent_kernel, bias = weights
+    units = recurrent_kernel.shape[0]
+    if step != "plain_gru":  # the candidate's columns, one bias
+        kernel, recurrent_kernel = kernel[:, 2 * units:], recurrent_kernel[:, 2 * units:]
+        bias = tf.stack([bias[0, 2 * units:] + bias[1, 2 * units:], tf.zeros([units])])
+    x_tm = tf.reverse(x_tm, [0]) if reverse else x_tm
+    projected = tf.einsum("tbf,fg->tbg", x_tm, kernel) + bias[0]
+    steps = tf.shape(projected)[0]
+    inputs = tf.TensorArray(projected.dtype, size=steps).unstack(projected)
+
+    def gru(x, h):
+        x_z, x_r, x_h = tf.split(x, 3, axis=-1)
+        h_z, h_r, h_h = tf.split(tf.matmul(h, recurrent_kernel) + bias[1], 3, axis=-1)
+        z, r = tf.sigmoid(x_z + h_z), tf.sigmoid(x_r + h_r)
+        return z * h + (1.0 - z) * tf.tanh(x_h + r * h_h)
+
+    step_fn = {"plain_gru": gru, "plain_tanh": lambda x, h: tf.tanh(x + tf.matmul(h, recurrent_kernel)),
+               "no_arithmetic": lambda x, h: x}[step]
+
+    def body(i, h, outputs):
+        h = step_fn(inputs.read(i), h)
+        return i + 1, h, outputs.write(i, h)
+
+    start = (0, tf.zeros([tf.shape(projected)[1], units]), tf.TensorArray(projected.dtype, size=steps))
+    _, _, outputs = tf.while_loop(lambda i, *_: i < steps, body, start)
+    return tf.reverse(outputs.stack(), [0]) if reverse else outputs.stack()
+
+
+def plain_modules(twin) -> Dict[str, Any]:
+    """Per hand-written peer, a `tf.Module` whose `serve(bits)` is the demo's
+    Keras twin with its BiGRU written as plain loops (`_plain_direction`),
+    from the twin's weights: transpose, one loop per direction, concatenated,
+    the twin's `Dense` softmax."""
+    import tensorflow as tf
+
+    bigru = twin.get_layer("bigru")
+    directions = [[tf.constant(w) for w in layer.get_weights()] for layer in (bigru.forward_layer, bigru.backward_layer)]
+    tags_kernel, tags_bias = (tf.constant(w) for w in twin.get_layer("tags").get_weights())
+
+    def module(step):
+        def serve(bits):
+            x_tm = tf.transpose(bits, [1, 0, 2])
+            states = tf.concat([_plain_direction(x_tm, w, step, reverse)
+                                for w, reverse in zip(directions, (False, True))], axis=-1)
+            logits = tf.einsum("tbh,hk->tbk", states, tags_kernel) + tags_bias
+            return {"tags": tf.transpose(tf.nn.softmax(logits), [1, 0, 2])}
+
+        served = tf.Module()
+        served.serve = tf.function(serve, input_signature=[tf.TensorSpec([None, None, 1], tf.float32)])
+        return served
+
+    return {step: module(step) for step in PLAIN_STEPS}
+
+
+def export_calls(folder: str) -> Dict[str, Callable[[Any], Callable[[], Dict[str, Any]]]]:
+    """Per export peer, `prepare(bits)` (bits `[batch, steps, 1]`): the
+    peer's SavedModel, loaded from `folder`, called on them by a function of
+    no arguments, which returns the outputs as NumPy; its inputs (tensors,
+    and kb's `lengths`, every step valid) are made once, outside the call."""
+    import tensorflow as tf
+    import keras_birnn as kb
+    from keras_birnn import demo
+
+    twin = demo.build_bigru(8, "keras")
+    twin.export(os.path.join(folder, "keras"), verbose=False)
+    kb_path = kb.export_saved_model(demo.build_bigru(8), os.path.join(folder, "kb"))
+    for step, served in plain_modules(twin).items():
+        tf.saved_model.save(served, os.path.join(folder, step), signatures={"serving_default": served.serve})
+
+    def call(path, signature, arguments):
+        function = tf.saved_model.load(path).signatures[signature]
+
+        def prepare(bits):
+            given = arguments(tf.constant(bits))
+            return lambda: {k: v.numpy() for k, v in function(**given).items()}
+
+        return prepare
+
+    def with_lengths(bits):
+        return dict(inputs=bits, lengths=tf.fill(tf.shape(bits)[:1], tf.shape(bits)[1]))
+
+    calls = {"kb": call(kb_path, "serving_default", with_lengths),
+             "kb_unpadded": call(kb_path, "serving_unpadded", lambda bits: dict(inputs=bits)),
+             "keras": call(os.path.join(folder, "keras"), "serving_default", lambda bits: dict(bits=bits))}
+    for step in PLAIN_STEPS:
+        calls[step] = call(os.path.join(folder, step), "serving_default", lambda bits: dict(bits=bits))
+    return calls
+
+
+def exports_report(rounds: int) -> None:
+    """The demo's exports at batch 1 and 64, against the hand-written loops."""
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as folder:
+        calls = export_calls(folder)
+        bits = demo_bits()[:64]
+        served = {peer: next(iter(prepare(bits)().values())) for peer, prepare in calls.items()}
+        print(f"plain_gru serves the Keras twin's numbers: largest difference "
+              f"{np.abs(served['plain_gru'] - served['keras']).max():.1e}")
+        for batch in (1, 64):
+            passes = {peer: prepare(bits[:batch]) for peer, prepare in calls.items()}
+            ms = {peer: 1000 * s for peer, s in timed(passes, rounds).items()}
+            print(f"demo export, batch {batch}: " + ", ".join(
+                f"{peer} {m:.3f} ms (keras/{peer} x{ms['keras'] / m:.2f})" for peer, m in ms.items()))
+
+
 def timed(passes: Dict[str, Callable[[], Any]], rounds: int) -> Dict[str, float]:
-    """Median seconds of a pass per peer."""
+    """Median seconds of a pass per peer (in `passes`' order, reversed every other round)."""
     for run in passes.values():
         run(), run()
     seconds = {peer: [] for peer in passes}
-    for _, peer in alternating(PEERS, rounds):
+    for _, peer in alternating(list(passes), rounds):
         began = time.perf_counter()
         passes[peer]()
         seconds[peer].append(time.perf_counter() - began)
@@ -105,6 +240,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", default="demo,classifier", help="comma-separated: demo, classifier")
     parser.add_argument("--rounds", type=int, default=20, help="timed passes per peer (default 20)")
+    parser.add_argument("--exports", action="store_true",
+                        help="time the demo's exported models against hand-written plain loops instead")
     args = parser.parse_args(argv)
     examples = {"demo": demo_passes, "classifier": classifier_passes}
     chosen = args.examples.split(",")
@@ -113,6 +250,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                      f"{args.rounds} and {args.examples!r}")
     print(f"Prediction passes against their floor: {args.rounds} rounds, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}")
+    if args.exports:
+        exports_report(args.rounds)
+        return
     for name in chosen:
         ms = {peer: 1000 * s for peer, s in timed(examples[name](), args.rounds).items()}
         print(f"{name}: pass kb {ms['kb']:.1f} ms, keras {ms['keras']:.1f} ms, none {ms['none']:.1f} ms | "

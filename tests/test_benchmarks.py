@@ -1,7 +1,7 @@
 """benchmarks/bench_examples.py's parts that run in child processes, the
 arithmetic of two other benchmarks (a log parsed, a bound computed),
 bench_plain_floor.py's hand-written reference against kb's numbers, and
-bench_predict_floor.py's peers on one pass.
+bench_predict_floor.py's peers on one pass and its hand-written exports.
 
 Its children are the examples (tested in their own files) and a latency
 script given to `python -c`; the script is checked here on the demo's
@@ -126,3 +126,50 @@ def test_predict_floor_stand_in_and_interleaving():
     medians = floor.timed({peer: (lambda peer=peer: calls.append(peer)) for peer in floor.PEERS}, rounds=2)
     assert calls == ["kb", "kb", "keras", "keras", "none", "none", "kb", "keras", "none", "none", "keras", "kb"]
     assert set(medians) == set(floor.PEERS), medians
+
+
+def _tanh_direction(bits, weights, reverse, recurrent=True):
+    """NumPy: one direction of bench_predict_floor's plain_tanh (or, without
+    `recurrent`, no_arithmetic) from a Keras GRU's candidate columns."""
+    kernel, recurrent_kernel, bias = weights
+    units = recurrent_kernel.shape[0]
+    kernel, recurrent_kernel = kernel[:, 2 * units:], recurrent_kernel[:, 2 * units:]
+    bias = bias[0, 2 * units:] + bias[1, 2 * units:]
+    x = bits[:, ::-1] if reverse else bits
+    h, outputs = np.zeros((len(bits), units)), []
+    for t in range(bits.shape[1]):
+        h = x[:, t] @ kernel + bias + (h @ recurrent_kernel if recurrent else 0)
+        h = np.tanh(h) if recurrent else h
+        outputs.append(h)
+    outputs = np.stack(outputs, 1)
+    return outputs[:, ::-1] if reverse else outputs
+
+
+def test_predict_floor_hand_written_exports(tmp_path):
+    """bench_predict_floor's hand-written exports compute what its docstring
+    says: plain_gru the Keras twin's numbers (Keras's own layers with the
+    same weights), plain_tanh and no_arithmetic their NumPy formulas; through
+    the SavedModels, plain_gru serves the twin's export's numbers, and kb's
+    two signatures agree when every step is valid."""
+    floor = load_bench("bench_predict_floor")
+    twin = demo.build_bigru(8, "keras")
+    rng = np.random.default_rng(3)  # biases too: Keras initialises them at zero
+    twin.set_weights([rng.normal(0.0, 0.5, w.shape).astype("float32") for w in twin.get_weights()])
+    bits = floor.demo_bits()[:3]
+    modules = floor.plain_modules(twin)
+    served = {step: m.serve(bits)["tags"].numpy() for step, m in modules.items()}
+    np.testing.assert_allclose(served["plain_gru"], twin.predict(bits, verbose=0), rtol=1e-5, atol=1e-6)
+    bigru = twin.get_layer("bigru")
+    weights = [layer.get_weights() for layer in (bigru.forward_layer, bigru.backward_layer)]
+    tags_kernel, tags_bias = twin.get_layer("tags").get_weights()
+    for step, recurrent in (("plain_tanh", True), ("no_arithmetic", False)):
+        states = np.concatenate([_tanh_direction(bits, w, r, recurrent) for w, r in zip(weights, (False, True))], -1)
+        logits = states @ tags_kernel + tags_bias
+        expected = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+        np.testing.assert_allclose(served[step], expected, rtol=1e-5, atol=1e-6, err_msg=step)
+    calls = floor.export_calls(str(tmp_path))
+    assert list(calls) == list(floor.EXPORT_PEERS)
+    outputs = {peer: next(iter(prepare(bits)().values())) for peer, prepare in calls.items()}
+    np.testing.assert_allclose(outputs["plain_gru"], outputs["keras"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outputs["kb"], outputs["kb_unpadded"], rtol=1e-5, atol=1e-6)
+    assert outputs["kb"].shape == outputs["keras"].shape == (3, 24, 2)
