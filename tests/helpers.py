@@ -42,6 +42,11 @@ def f32(params):
     return {k: None if v is None else np.asarray(v, np.float32) for k, v in params.items()}
 
 
+def cell_params(cell) -> dict:
+    """A cell's weights as the NumPy oracle (`reference.py`) takes them."""
+    return {k: getattr(cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
+
+
 def to_numpy(structure):
     return keras.tree.map_structure(lambda t: np.asarray(t), structure)
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 import keras_birnn as kb
 import reference as ref
 from birnn_cases import CELLS, MERGES, TRAINING_MODES, B, U, make_case
-from helpers import MASK_4x6 as MASK, PADDING_PATTERNS_4x6, assert_all_close, eager_and_graph, in_graph, to_numpy
+from helpers import MASK_4x6 as MASK, PADDING_PATTERNS_4x6, assert_all_close, cell_params, eager_and_graph, in_graph, to_numpy
 
 # A diagonal pairing cells with merge modes, for what needs one run per cell.
 DIAGONAL = list(zip(CELLS, ["concat", "projection_softmax", "none", "mul", "sum"]))
@@ -458,7 +458,7 @@ def test_unidirectional_inference_loops(loop_settings, jit_compile, reverse):
         loop_settings(inline_step_limit=limit)
         layer = kb.Recurrent(kb.GRUCell(U), return_sequences=True, reverse=reverse)
         layer.build((None, None, 3))
-        params = {k: getattr(layer.cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
+        params = cell_params(layer.cell)
         expected, _ = ref.run_direction("gru", params, x, reverse=reverse)
         run = tf.function(lambda x: layer(x), jit_compile=jit_compile, input_signature=UNKNOWN_SIZES[:1])
         np.testing.assert_allclose(run(x), expected, atol=1e-5)
@@ -576,11 +576,10 @@ def test_backward_layer_of_another_cell_in_a_graph(pattern):
         return y, tape.gradient(loss, [x] + layer.forward.trainable_variables + backward.trainable_variables)
 
     y, grads = run(x, mask)
-    params = lambda cell: {k: getattr(cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}  # noqa: E731
-    out_f, _ = ref.run_direction("gru", params(layer.forward.cell), x, mask)
-    out_b, _ = ref.run_direction("lstm", params(backward.cell), x, mask, reverse=True)
-    g_f = ref.direction_grads("gru", params(layer.forward.cell), x, weights, mask)
-    g_b = ref.direction_grads("lstm", params(backward.cell), x, weights, mask, reverse=True)
+    out_f, _ = ref.run_direction("gru", cell_params(layer.forward.cell), x, mask)
+    out_b, _ = ref.run_direction("lstm", cell_params(backward.cell), x, mask, reverse=True)
+    g_f = ref.direction_grads("gru", cell_params(layer.forward.cell), x, weights, mask)
+    g_b = ref.direction_grads("lstm", cell_params(backward.cell), x, weights, mask, reverse=True)
     expected = [g_f["x"] + g_b["x"]] + [g[k] for g in (g_f, g_b) for k in ("kernel", "recurrent_kernel", "bias")]
     assert_all_close(to_numpy(y), out_f + out_b)
     assert_all_close([to_numpy(g) for g in grads], expected)
@@ -602,7 +601,6 @@ def test_directions_are_independent_copies():
     assert mixed.backward is backward
     mixed.build((None, None, 3))
     x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)
-    params = lambda cell: {k: getattr(cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}  # noqa: E731
-    out_f, _ = ref.run_direction("gru", params(mixed.forward.cell), x)
-    out_b, _ = ref.run_direction("lstm", params(backward.cell), x, reverse=True)
+    out_f, _ = ref.run_direction("gru", cell_params(mixed.forward.cell), x)
+    out_b, _ = ref.run_direction("lstm", cell_params(backward.cell), x, reverse=True)
     np.testing.assert_allclose(mixed(x), out_f + out_b, atol=1e-5)

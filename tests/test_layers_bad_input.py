@@ -24,7 +24,7 @@ import tensorflow as tf
 import keras_birnn as kb
 import reference as ref
 from birnn_cases import B, F, T, U, make_case
-from helpers import MASK_4x6 as MASK, assert_all_close, in_graph, to_numpy
+from helpers import MASK_4x6 as MASK, assert_all_close, cell_params, in_graph, to_numpy
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
 
 RNG = np.random.default_rng(70)
@@ -143,7 +143,7 @@ def test_mask_shape_is_checked_when_sizes_are_only_known_at_run_time(kind, mask_
     else:
         layer = kb.Recurrent(kb.GRUCell(U), return_sequences=True)
         layer.build((None, None, F))
-        params = {k: getattr(layer.cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
+        params = cell_params(layer.cell)
         expected = ref.run_direction("gru", params, X, MASK)[0]
         case = None
     x = X if case is None else case.x
@@ -400,7 +400,7 @@ def test_keras_rnn_arguments_on_a_recurrent(argument):
         kb.Recurrent(kb.GRUCell(U), **{argument: True})
     layer = kb.Recurrent(kb.SimpleRNNCell(U), return_sequences=True, **{argument: False})
     layer.build((None, None, F))
-    params = {k: getattr(layer.cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
+    params = cell_params(layer.cell)
     np.testing.assert_allclose(layer(X, mask=MASK), ref.run_direction("simple", params, X, MASK)[0],
                                atol=1e-5, rtol=1e-5)
 

@@ -11,7 +11,7 @@ import pytest
 import keras_birnn as kb
 import reference as ref
 from birnn_cases import CELLS, B, F, T, U
-from helpers import PADDING_PATTERNS_4x6 as PATTERNS, to_numpy
+from helpers import PADDING_PATTERNS_4x6 as PATTERNS, cell_params, to_numpy
 
 
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
@@ -23,7 +23,7 @@ def test_recurrent_rows_within_their_own_length(cell_name, reverse):
     cell, cell_kwargs, factory = CELLS[cell_name]
     layer = kb.Recurrent(factory(U), reverse=reverse, return_sequences=True, return_state=True)
     layer.build((None, None, F))
-    params = {k: getattr(layer.cell, k).numpy() for k in ("kernel", "recurrent_kernel", "bias")}
+    params = cell_params(layer.cell)
     x = np.random.default_rng(13).normal(size=(B, T, F)).astype(np.float32)
     for name, mask in PATTERNS.items():
         y, *states = to_numpy(layer(x, mask=mask))
