@@ -118,17 +118,18 @@ def _plain_direction(x_tm, weights, step: str, reverse: bool):
 
     kernel, recurrent_kernel, bias = weights
     units = recurrent_kernel.shape[0]
+    input_bias, recurrent_bias = bias[0], bias[1]
     if step != "plain_gru":  # the candidate's columns, one bias
         kernel, recurrent_kernel = kernel[:, 2 * units:], recurrent_kernel[:, 2 * units:]
-        bias = tf.stack([bias[0, 2 * units:] + bias[1, 2 * units:], tf.zeros([units])])
+        input_bias = input_bias[2 * units:] + recurrent_bias[2 * units:]
     x_tm = tf.reverse(x_tm, [0]) if reverse else x_tm
-    projected = tf.einsum("tbf,fg->tbg", x_tm, kernel) + bias[0]
+    projected = tf.einsum("tbf,fg->tbg", x_tm, kernel) + input_bias
     steps = tf.shape(projected)[0]
     inputs = tf.TensorArray(projected.dtype, size=steps).unstack(projected)
 
     def gru(x, h):
         x_z, x_r, x_h = tf.split(x, 3, axis=-1)
-        h_z, h_r, h_h = tf.split(tf.matmul(h, recurrent_kernel) + bias[1], 3, axis=-1)
+        h_z, h_r, h_h = tf.split(tf.matmul(h, recurrent_kernel) + recurrent_bias, 3, axis=-1)
         z, r = tf.sigmoid(x_z + h_z), tf.sigmoid(x_r + h_r)
         return z * h + (1.0 - z) * tf.tanh(x_h + r * h_h)
 
