@@ -143,7 +143,8 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
         ordered = tf.reverse(stacked_tm, [0]) if visit.descending else stacked_tm
     else:
         positions = tf.range(steps)
-        iteration = span.first + span.count - 1 - positions if visit.descending else positions - span.first
+        # The loop's first position is the visit's base (`_visiting`).
+        iteration = visit.base - positions if visit.descending else positions - visit.base
         # Clipped into the iterations run: a converted loop's stack has only those.
         ordered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
     return ordered if mask_tm is None else tf.where(mask_tm, ordered, tf.zeros_like(ordered))
