@@ -23,8 +23,10 @@ example's evaluation loop, embeddings, heads), so keras/none bounds the
 ratio over Keras's pass that any implementation of the recurrent layer
 could reach.
 
-`--exports` times the demo's exported models instead, one call of a
-SavedModel signature at batch 1 and 64 (`--rounds` calls per peer):
+`--exports` times the demo's exported models instead, at batch 1 and 64,
+served by `bench_examples.py`'s latency script in a fresh process
+(`--rounds` is its number of passes over 64 single rows; ten times as
+many calls at batch 64):
 kb (`serving_default`, with `lengths`), kb_unpadded (`serving_unpadded`),
 keras (`model.export`), and three SavedModels written by hand with plain
 `tf.while_loop`s, one per direction, around the same projection and
@@ -39,7 +41,7 @@ bound what a plain loop gives the demo's export. Results and command:
 benchmarks/README.md.
 
     python -u benchmarks/bench_predict_floor.py --rounds 20
-    python -u benchmarks/bench_predict_floor.py --exports --rounds 400
+    python -u benchmarks/bench_predict_floor.py --exports --rounds 5
 """
 
 import argparse
@@ -47,7 +49,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -171,11 +173,9 @@ def plain_modules(twin) -> Dict[str, Any]:
     return {step: module(step) for step in PLAIN_STEPS}
 
 
-def export_calls(folder: str) -> Dict[str, Callable[[Any], Callable[[], Dict[str, Any]]]]:
-    """Per export peer, `prepare(bits)` (bits `[batch, steps, 1]`): the
-    peer's SavedModel, loaded from `folder`, called on them by a function of
-    no arguments, which returns the outputs as NumPy; its inputs (tensors,
-    and kb's `lengths`, every step valid) are made once, outside the call."""
+def write_exports(folder: str) -> List[str]:
+    """Every export peer's SavedModel written under `folder`, as the
+    `label=path:signature` entries `bench_examples.LATENCY_CHILD` serves."""
     import tensorflow as tf
     import keras_birnn as kb
     from keras_birnn import demo
@@ -183,46 +183,33 @@ def export_calls(folder: str) -> Dict[str, Callable[[Any], Callable[[], Dict[str
     twin = demo.build_bigru(8, "keras")
     twin.export(os.path.join(folder, "keras"), verbose=False)
     kb_path = kb.export_saved_model(demo.build_bigru(8), os.path.join(folder, "kb"))
+    entries = [f"kb={kb_path}:serving_default", f"kb_unpadded={kb_path}:serving_unpadded",
+               f"keras={os.path.join(folder, 'keras')}:serving_default"]
     for step, served in plain_modules(twin).items():
         tf.saved_model.save(served, os.path.join(folder, step), signatures={"serving_default": served.serve})
-
-    def call(path, signature, arguments):
-        function = tf.saved_model.load(path).signatures[signature]
-
-        def prepare(bits):
-            given = arguments(tf.constant(bits))
-            return lambda: {k: v.numpy() for k, v in function(**given).items()}
-
-        return prepare
-
-    def with_lengths(bits):
-        return dict(inputs=bits, lengths=tf.fill(tf.shape(bits)[:1], tf.shape(bits)[1]))
-
-    calls = {"kb": call(kb_path, "serving_default", with_lengths),
-             "kb_unpadded": call(kb_path, "serving_unpadded", lambda bits: dict(inputs=bits)),
-             "keras": call(os.path.join(folder, "keras"), "serving_default", lambda bits: dict(bits=bits))}
-    for step in PLAIN_STEPS:
-        calls[step] = call(os.path.join(folder, step), "serving_default", lambda bits: dict(bits=bits))
-    return calls
+        entries.append(f"{step}={os.path.join(folder, step)}:serving_default")
+    return entries
 
 
-def exports_report(rounds: int) -> None:
-    """The demo's exports at batch 1 and 64, against the hand-written loops."""
+def exports_report(calls: int) -> None:
+    """The demo's exports at batch 1 and 64 against the hand-written loops,
+    served by `bench_examples.LATENCY_CHILD` in a fresh process (the peers
+    called in turn; batch 1: `calls` passes over 64 single rows, batch 64:
+    `10 * calls` calls)."""
+    import json
+    import subprocess
     import tempfile
 
-    import numpy as np
+    from bench_examples import LATENCY_CHILD
 
     with tempfile.TemporaryDirectory() as folder:
-        calls = export_calls(folder)
-        bits = demo_bits()[:64]
-        served = {peer: next(iter(prepare(bits)().values())) for peer, prepare in calls.items()}
-        print(f"plain_gru serves the Keras twin's numbers: largest difference "
-              f"{np.abs(served['plain_gru'] - served['keras']).max():.1e}")
-        for batch in (1, 64):
-            passes = {peer: prepare(bits[:batch]) for peer, prepare in calls.items()}
-            ms = {peer: 1000 * s for peer, s in timed(passes, rounds).items()}
-            print(f"demo export, batch {batch}: " + ", ".join(
-                f"{peer} {m:.3f} ms (keras/{peer} x{ms['keras'] / m:.2f})" for peer, m in ms.items()))
+        command = [sys.executable, "-c", LATENCY_CHILD, "unused", str(calls)] + write_exports(folder)
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+    served = json.loads(done.stdout.strip().splitlines()[-1])
+    for batch in (1, 64):
+        ms = {peer: result[f"batch{batch}_ms"] for peer, result in served.items()}
+        print(f"demo export, batch {batch}: " + ", ".join(
+            f"{peer} {m:.3f} ms (keras/{peer} x{ms['keras'] / m:.2f})" for peer, m in ms.items()))
 
 
 def timed(passes: Dict[str, Callable[[], Any]], rounds: int) -> Dict[str, float]:
