@@ -18,6 +18,9 @@ that issue 18's remaining targets name, each peer called in turn:
   states), walks back with the fused activation gradients, and sums the
   weights' gradients after the loop in three matmuls per direction.
 
+`MinimalBiGRU` is the same BiGRU as a Keras layer, with which
+`bench_recurrence_share.py --floor` trains a whole example.
+
 Before timing, each shape checks that the hand-written GRU, given kb's
 weights, computes kb's outputs and gradients (the loss: the sum of the
 squared outputs). It swaps batch and time as kb's loops do (as
@@ -133,34 +136,92 @@ def _time_major(x, mask, units):
     return x_tm, m_tm
 
 
+def minimal_bigru(x, mask, forward_weights, backward_weights, keep: bool):
+    """Outputs `[B, T, 2U]` (concat, zero where masked) and, with `keep`,
+    `gradients(d_outputs)` -> [d inputs, then the forward direction's and
+    the backward's (kernel, recurrent kernel, bias) gradients]; the output
+    gradients at masked steps are ignored (those outputs are constant)."""
+    units = forward_weights[1].shape[0]
+    ahead_in = _time_major(x, mask, units)
+    back_in = (tf.reverse(ahead_in[0], [0]), tf.reverse(ahead_in[1], [0]))
+    y_f, kept_f = minimal_forward(*ahead_in, forward_weights, keep)
+    y_b, kept_b = minimal_forward(*back_in, backward_weights, keep)
+    outputs = swap(tf.concat([y_f, tf.reverse(y_b, [0])], -1))
+
+    def gradients(d_outputs):
+        d_tm = swap(d_outputs)
+        d_f = tf.where(ahead_in[1], d_tm[..., :units], tf.zeros_like(y_f))
+        d_b = tf.where(back_in[1], tf.reverse(d_tm[..., units:], [0]), tf.zeros_like(y_b))
+        d_x_f, grads_f = minimal_gradients(*ahead_in, forward_weights, y_f, kept_f, d_f)
+        d_x_b, grads_b = minimal_gradients(*back_in, backward_weights, y_b, kept_b, d_b)
+        return [swap(d_x_f + tf.reverse(d_x_b, [0]))] + grads_f + grads_b
+
+    return outputs, gradients if keep else None
+
+
 def minimal_functions(forward_weights, backward_weights, features: int) -> Tuple[Callable, Callable]:
     """`infer(x, mask)` -> outputs `[B, T, 2U]` (concat), and `train(x,
     mask)` -> the gradients of sum(outputs**2) as kb lists its trainable
     weights, then the inputs'."""
     spec = [tf.TensorSpec([None, None, features]), tf.TensorSpec([None, None], tf.bool)]
-    units = forward_weights[1].shape[0]
-
-    def run(x, mask, keep):
-        x_tm, m_tm = _time_major(x, mask, units)
-        reversed_tm = (tf.reverse(x_tm, [0]), tf.reverse(m_tm, [0]))
-        ahead = minimal_forward(x_tm, m_tm, forward_weights, keep)
-        back = minimal_forward(*reversed_tm, backward_weights, keep)
-        return (x_tm, m_tm), reversed_tm, ahead, back
 
     @tf.function(input_signature=spec, autograph=False)
     def infer(x, mask):
-        _, _, (y_f, _), (y_b, _) = run(x, mask, False)
-        return swap(tf.concat([y_f, tf.reverse(y_b, [0])], -1))
+        return minimal_bigru(x, mask, forward_weights, backward_weights, False)[0]
 
     @tf.function(input_signature=spec, autograph=False)
     def train(x, mask):
-        ahead_in, back_in, (y_f, kept_f), (y_b, kept_b) = run(x, mask, True)
-        d_f = 2.0 * y_f  # d sum(y**2) / dy; padded outputs are zero
-        d_x_f, grads_f = minimal_gradients(*ahead_in, forward_weights, y_f, kept_f, d_f)
-        d_x_b, grads_b = minimal_gradients(*back_in, backward_weights, y_b, kept_b, 2.0 * y_b)
-        return grads_f + grads_b + [swap(d_x_f + tf.reverse(d_x_b, [0]))]
+        outputs, gradients = minimal_bigru(x, mask, forward_weights, backward_weights, True)
+        d_x, *grads = gradients(2.0 * outputs)  # d sum(y**2) / dy
+        return grads + [d_x]
 
     return infer, train
+
+
+class MinimalBiGRU(keras.layers.Layer):
+    """`minimal_bigru` as a Keras layer (concat merge, per-step outputs,
+    kb's weight layout and initializers), for a whole model's floor
+    (`bench_recurrence_share.py --floor`): exact only for right-padded
+    masks and zero boundary states, which is all an example's padded
+    batches need. Its gradient is the hand-written one
+    (`tf.custom_gradient`); TensorFlow differentiates none of its loops.
+
+    Args:
+        units: Units per direction.
+    """
+
+    def __init__(self, units: int, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        shapes = {"kernel": (input_shape[-1], 3 * self.units), "recurrent_kernel": (self.units, 3 * self.units),
+                  "bias": (2, 3 * self.units)}
+        initializers = {"kernel": "glorot_uniform", "recurrent_kernel": "orthogonal", "bias": "zeros"}
+        self.directions = [
+            [self.add_weight(shape=shapes[n], initializer=initializers[n], name=f"{side}_{n}") for n in shapes]
+            for side in ("forward", "backward")
+        ]
+
+    def call(self, inputs, mask=None):
+        if mask is None:
+            mask = tf.ones(tf.shape(inputs)[:2], tf.bool)
+        weights = [v.value for direction in self.directions for v in direction]
+
+        @tf.custom_gradient
+        def bigru(x, *weights):
+            # stop_gradient: the tape must not record the loops; `gradients` is the way back.
+            x, weights = tf.stop_gradient(x), [tf.stop_gradient(w) for w in weights]
+            return minimal_bigru(x, mask, weights[:3], weights[3:], True)
+
+        return bigru(inputs, *weights)
+
+    def compute_mask(self, inputs, mask=None):
+        return mask
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (2 * self.units,)
 
 
 def layer_functions(layer, features: int) -> Tuple[Callable, Callable]:

@@ -21,6 +21,14 @@ prints a bound on what any compile policy could give: kb's own epochs,
 each made faster by what compiled loops save in a later epoch, compiling
 free.
 
+With `--floor`, for the classifier, a fifth peer, minimal: its BiGRU
+replaced by the leanest plain-loop BiGRU we know
+(`bench_plain_floor.MinimalBiGRU`: hand-written loops and BPTT, right
+padding and zero boundary states only, no compile policy, no time
+buckets), the same model otherwise. keras/minimal is what plain
+TensorFlow loops give that model end to end, tracing included; kb runs
+plain loops there (its shapes never recur often enough to compile).
+
 "none" keeps everything else of a training step: embeddings, dropout, the
 character reshapes, the loss, the optimizer over (almost) the same
 embedding tables, the pipeline and `fit`. Its epoch is a floor under any
@@ -36,6 +44,7 @@ validation pass. Results and command: benchmarks/README.md.
 
     python -u benchmarks/bench_recurrence_share.py --rounds 2
     python -u benchmarks/bench_recurrence_share.py --examples classifier --rounds 2 --bound
+    python -u benchmarks/bench_recurrence_share.py --examples classifier --rounds 4 --floor
     python -u benchmarks/bench_recurrence_share.py --examples pos --quick   # a smoke run
 """
 
@@ -114,12 +123,16 @@ def _classifier_model(peer: str, vocab: int):
     import keras
     import keras_birnn as kb
     import sentence_classification as sc
-    if peer != "none":
+    if peer not in ("none", "minimal"):
         return sc.build_classifier("bi-attention", vocab, 128, 64, 0.5, layers=peer)
     word_ids = keras.Input((None,), dtype="int32", name="words")
     x = keras.layers.Embedding(vocab, 128, mask_zero=True, name="embedding")(word_ids)
     x = keras.layers.Dropout(0.5)(x)
-    x = keras.layers.Dense(128, activation="tanh", name="bigru_stand_in")(x)  # the BiGRU's concat width
+    if peer == "minimal":
+        from bench_plain_floor import MinimalBiGRU
+        x = MinimalBiGRU(64, name="bigru")(x)
+    else:
+        x = keras.layers.Dense(128, activation="tanh", name="bigru_stand_in")(x)  # the BiGRU's concat width
     pooled = keras.layers.Dropout(0.5)(kb.AttentionPooling(64, name="attention")(x))
     return keras.Model(word_ids, keras.layers.Dense(1, activation="sigmoid", name="positive")(pooled))
 
@@ -197,7 +210,22 @@ def summary(example: str, runs: Dict[str, List[dict]]) -> str:
             f"(medians over {len(runs['kb'])} rounds)")
     if runs.get("kb_compiled"):
         text += "\n" + _bound(example, runs)
+    if runs.get("minimal"):
+        text += "\n" + _floor(example, runs)
     return text
+
+
+def _floor(example: str, runs: Dict[str, List[dict]]) -> str:
+    """keras/minimal and minimal/kb, over all epochs and the later ones
+    (medians of the rounds' ratios)."""
+    def ratio(top, bottom, pick):
+        return statistics.median(pick(a) / pick(b) for a, b in zip(runs[top], runs[bottom]))
+
+    parts = []
+    for name, pick in (("all epochs", lambda r: sum(r["epochs"])), ("later epochs", lambda r: statistics.mean(r["epochs"][1:]))):
+        parts.append(f"{name} keras/minimal x{ratio('keras', 'minimal', pick):.2f}, "
+                     f"minimal/kb x{ratio('minimal', 'kb', pick):.2f}")
+    return f"{example}: the leanest plain loop (minimal): " + "; ".join(parts)
 
 
 def _bound(example: str, runs: Dict[str, List[dict]]) -> str:
@@ -226,6 +254,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--sentences", type=int, default=1_000_000, help="training sentences kept (default all)")
     parser.add_argument("--quick", action="store_true", help="600 sentences: a smoke run")
     parser.add_argument("--bound", action="store_true", help="also kb_compiled, every loop shape compiled when first met")
+    parser.add_argument("--floor", action="store_true",
+                        help="also minimal (the classifier only): the leanest plain-loop BiGRU we know in kb's place")
     parser.add_argument("--child", nargs=2, metavar=("EXAMPLE", "PEER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
@@ -235,11 +265,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if min(args.rounds, args.epochs, args.sentences) < 1 or args.epochs < 2:
         parser.error("--rounds and --sentences must be at least 1, --epochs at least 2")
     peers = PEERS + (("kb_compiled",) if args.bound else ())
-    print(f"model.fit, {args.epochs} epochs, peers {', '.join(peers)} (none: no recurrence); "
+    print(f"model.fit, {args.epochs} epochs, peers {', '.join(peers)}"
+          f"{', minimal (the classifier)' if args.floor else ''} (none: no recurrence); "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}", flush=True)
     for example in args.examples:
-        runs = {peer: [] for peer in peers}
-        for round_, peer in alternating(peers, args.rounds):
+        floor = ("minimal",) if args.floor and example == "classifier" else ()
+        runs = {peer: [] for peer in peers + floor}
+        for round_, peer in alternating(peers + floor, args.rounds):
             began = time.perf_counter()
             result = measure(example, peer, args)
             runs[peer].append(result)

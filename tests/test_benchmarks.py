@@ -76,6 +76,55 @@ def test_plain_floor_reference_computes_kb_outputs_and_gradients():
     assert floor.largest_difference(functions, data) > 1e-3
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_minimal_bigru_layer_matches_keras_gru(graph):
+    """bench_plain_floor.MinimalBiGRU, the whole-model floor of
+    bench_recurrence_share.py --floor, against Keras's Bidirectional(GRU)
+    with the same weights (biases included) on right-padded rows, eagerly
+    and traced for any batch and length: the outputs at valid steps (zero at
+    padded ones), and the gradients of the inputs and of the six weights. Its
+    loss also weighs the padded outputs, whose gradients must not leak
+    into the states (they are constants)."""
+    import keras
+
+    floor = load_bench("bench_plain_floor")
+    features, units, lengths = 3, 4, [6, 3, 1]
+    rng = np.random.default_rng(7)
+    minimal = floor.MinimalBiGRU(units)
+    theirs = keras.layers.Bidirectional(keras.layers.GRU(units, return_sequences=True))
+    minimal.build((None, None, features))
+    theirs.build((None, None, features))
+    for mine, their in zip(minimal.trainable_variables, theirs.trainable_variables):
+        value = rng.normal(scale=0.5, size=their.shape).astype("float32")
+        mine.assign(value)
+        their.assign(value)
+    x = tf.constant(rng.normal(size=(3, 6, features)).astype("float32"))
+    mask = tf.sequence_mask(lengths, 6)
+    scale = tf.constant(rng.normal(size=(3, 6, 2 * units)).astype("float32"))
+
+    def run(layer, weigh_padding):
+        def outputs_and_gradients(x, mask):
+            valid = tf.cast(mask, tf.float32)[..., None]
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, mask=mask)
+                loss = tf.reduce_sum(tf.sin(y) * scale * (1.0 if weigh_padding else valid))
+            return y * valid, y * (1.0 - valid), tape.gradient(loss, [x] + layer.trainable_variables)
+
+        if graph:
+            spec = [tf.TensorSpec([None, None, features]), tf.TensorSpec([None, None], tf.bool)]
+            outputs_and_gradients = tf.function(outputs_and_gradients, input_signature=spec)
+        return outputs_and_gradients(x, mask)
+
+    y, padded, grads = run(minimal, weigh_padding=True)
+    y_ref, _, grads_ref = run(theirs, weigh_padding=False)
+    np.testing.assert_allclose(y, y_ref, atol=1e-5)
+    assert np.abs(padded).max() == 0.0
+    assert len(grads) == len(grads_ref) == 7
+    for mine, their in zip(grads, grads_ref):
+        np.testing.assert_allclose(mine, their, atol=1e-5)
+
+
 def test_latency_script_compiles_and_commands_name_the_examples():
     bench = load_bench()
     compile(bench.LATENCY_CHILD, "latency_child", "exec")
