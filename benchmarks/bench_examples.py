@@ -20,17 +20,23 @@ and reads the numbers each writes with `--report-json`:
 - accuracy: dev UPOS for the tagger, held-out accuracy for the classifier
   and the demo.
 
-Then, for the tagger and the demo, the latency of the exported SavedModels
-(the tagger: both export through `keras.export.ExportArchive`, the same
-serving signature, string tokens in, tags out; the demo: `kb.export_saved_model`
-against Keras's `model.export`): after each round, the round's exports are
-loaded in one fresh process with `tf.saved_model.load` and called in turn,
-input by input, at batch 1 (each of 64 inputs, median) and batch 64 (median
-of the calls): the tagger's first 64 dev sentences (batch 64 padded to the
-longest), the demo's 64 random bit sequences of 24 steps. The demo's kb
-export is timed through both its signatures: `serving_default` (inputs and
-`lengths`, from which it builds the mask) and `serving_unpadded` (every step
-valid), which computes what Keras's export computes.
+Then the latency of the exported SavedModels (the tagger: both export
+through `keras.export.ExportArchive`, the same serving signature, string
+tokens in, tags out; the classifier, word ids in, and the demo:
+`kb.export_saved_model` against Keras's `model.export`): after each round,
+the round's exports are loaded in one fresh process with
+`tf.saved_model.load` and called in turn, input by input, at batch 1 (each
+of 64 inputs, median) and batch 64 (median of the calls): the tagger's
+first 64 dev sentences (batch 64 padded to the longest), the classifier's
+64 rows of random word ids (from its vocabulary, written beside the
+export), 7 to 38 words long (the polarity sentences'
+5th to 95th percentile; batch 64 padded with 0, the Embedding's mask), the
+demo's 64 random bit sequences of 24 steps. The classifier's and the
+demo's kb exports are timed through both their signatures:
+`serving_default` (inputs and `lengths`, from which it builds the mask)
+and `serving_unpadded` (inputs alone: the classifier's masked by its
+Embedding, the demo's every step valid), which computes what Keras's
+export computes.
 
     python benchmarks/bench_examples.py                      # full EWT, 2 epochs: long
     python benchmarks/bench_examples.py --quick              # a smoke run: small slices and sizes
@@ -75,6 +81,16 @@ def padded(batch):
     width = max(len(s) for s in batch)
     return {"tokens": tf.constant([list(s) + [""] * (width - len(s)) for s in batch])}
 
+def word_ids(specs, rows):  # the classifier: rows of word ids, 0-padded to the longest
+    name = next(n for n in specs if n != "lengths")
+    batch = np.zeros((len(rows), max(len(r) for r in rows)), specs[name].dtype.as_numpy_dtype)
+    for k, row in enumerate(rows):
+        batch[k, :len(row)] = row
+    inputs = {name: tf.constant(batch)}
+    if "lengths" in specs:
+        inputs["lengths"] = tf.constant([len(r) for r in rows], specs["lengths"].dtype)
+    return inputs
+
 def bits(specs, batch):  # the demo: 64 random bit sequences of its default length (24)
     inputs = {name: tf.constant(batch, spec.dtype) for name, spec in specs.items() if spec.dtype.is_floating}
     if "lengths" in specs:
@@ -93,6 +109,12 @@ for entry in entries:
         sentences = tagger_sentences()
         singles, full = [padded([s]) for s in sentences], padded(sentences)
         words = sum(len(s) for s in sentences)
+    elif specs[next(n for n in specs if n != "lengths")].dtype.is_integer:
+        with open(os.path.join(os.path.dirname(path), "vocabulary.txt"), encoding="utf-8") as f:
+            vocabulary = len(f.read().split("\n")) - 1  # the export's, one word a line, ids from 0
+        rng = np.random.default_rng(0)
+        rows = [rng.integers(2, vocabulary, size=n) for n in rng.integers(7, 39, size=64)]
+        singles, full, words = [word_ids(specs, [r]) for r in rows], word_ids(specs, rows), sum(map(len, rows))
     else:
         rows = np.random.default_rng(0).integers(0, 2, size=(64, 24, 1)).astype("float32")
         singles, full, words = [bits(specs, rows[i:i + 1]) for i in range(64)], bits(specs, rows), 64 * 24
@@ -140,6 +162,8 @@ def example_command(example, layers, args, report, out):
                    "--variants", args.classifier_variant, "--patience", str(args.epochs + 1)]
         if args.max_sentences:
             command += ["--max-sentences", str(args.max_sentences)]
+        if not args.no_latency:
+            command += ["--out", out]
     command += ["--epochs", str(args.epochs), "--layers", layers, "--report-json", report, "--quiet"]
     if args.quick:
         command.append("--quick")
@@ -173,14 +197,14 @@ def measure(example, layers, args, workdir):
 
 
 def latency_entries(example, layers, result):
-    """`label=path:signature` for LATENCY_CHILD. The demo's kb export is
-    timed through both signatures: `serving_default` (inputs and lengths,
-    which computes the mask) and `serving_unpadded` (every step valid, as
-    Keras's `model.export` computes)."""
+    """`label=path:signature` for LATENCY_CHILD. The classifier's and the
+    demo's kb exports are timed through both signatures: `serving_default`
+    (inputs and lengths, which computes the mask) and `serving_unpadded`
+    (inputs alone, as Keras's `model.export` takes them)."""
     path = result.get("export_path")
-    if example not in ("pos", "demo") or not path:
+    if not path:
         return []
-    if example == "demo" and layers == "kb":
+    if example in ("classifier", "demo") and layers == "kb":
         return [f"kb={path}:serving_default", f"kb_unpadded={path}:serving_unpadded"]
     return [f"{layers}={path}:serving_default"]
 
@@ -241,7 +265,8 @@ def main(argv=None):
     parser.add_argument("--max-sentences", type=int, default=None, help="classifier: a seeded subset of N sentences")
     parser.add_argument("--quick", action="store_true",
                         help="pass --quick to the examples (small slices and sizes; --epochs still applies)")
-    parser.add_argument("--no-latency", action="store_true", help="skip the tagger's export and its latency")
+    parser.add_argument("--no-latency", action="store_true",
+                        help="skip the exports' latency (and the tagger's and the classifier's exports)")
     parser.add_argument("--latency-calls", type=int, default=3,
                         help="passes over the 64 batch-1 sentences (and 5x as many batch-64 calls); default 3")
     parser.add_argument("--timeout", type=int, default=7200, help="seconds per child process")

@@ -50,6 +50,13 @@ training.
     python examples/sentence_classification.py --quick
     python examples/sentence_classification.py --pos my.pos --neg my.neg --variants bi-max,bi-attention
     python examples/sentence_classification.py --layers keras --variants bi-attention
+    python examples/sentence_classification.py --variants bi-attention --out saved_models
+
+With `--out`, the variant with the lowest validation loss is exported for
+TF Serving (`kb.export_saved_model`; the Keras twin with Keras's own
+`model.export`): word ids `[batch, words]` in (0 pads, 1 is an unknown
+word; the vocabulary is written beside the versions), P(positive) out.
+The reloaded export is checked against the model before the run ends.
 """
 
 import argparse
@@ -284,6 +291,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         "keras.layers.GRU / Bidirectional (final head: the layer's own final states; mean: "
                         "GlobalAveragePooling1D; max and attention keep kb's masked pooling heads, which "
                         "Keras lacks); same sizes, dropout and parameter counts")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="export the variant with the lowest validation loss for TF Serving to "
+                        "DIR/sentence_classifier/1/ (--layers keras: DIR/sentence_classifier_keras/1/, "
+                        "Keras's model.export), with DIR/sentence_classifier*/vocabulary.txt (line k: word id k); "
+                        "default: no export")
     parser.add_argument("--report-json", metavar="PATH",
                         help="also write per-variant timings and accuracy to PATH as JSON: epoch_seconds "
                         "(each epoch with its validation pass), fit_seconds, predict_sentences_per_second "
@@ -350,7 +362,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         _, loss_after = evaluate(model, train)
         val_losses = history.history["val_loss"]
         row = {
-            "variant": variant, "params": model.count_params(), "accuracy": accuracy,
+            "variant": variant, "params": model.count_params(), "accuracy": accuracy, "val_loss": min(val_losses),
             "best_epoch": int(np.argmin(val_losses)) + 1, "epochs_run": len(val_losses),
             "seconds": seconds, "loss_before": loss_before, "loss_after": loss_after,
             "epoch_seconds": [t + v for t, v in zip(timer.seconds, timer.validation_seconds)],  # as fit runs them
@@ -367,14 +379,44 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     twin = ", Keras's GRU layers (--layers keras)" if args.layers == "keras" else ""
     print(f"\nHeld-out accuracy ({len(test_idx)} sentences){twin}:")
     print(format_table(rows))
+    export_path = None
+    if args.out:
+        best = min(rows, key=lambda r: r["val_loss"])["variant"]
+        export_path = export_classifier(models[best], args.layers, args.out, vocab, test[0][0][:8])
+        print(f"Exported {best} for TF Serving to {export_path} (word ids in; its vocabulary beside it).")
     total = time.perf_counter() - start
     print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
     if args.report_json:
-        write_report(args.report_json, args, rows, len(test_idx), total)
-    return {"rows": rows, "models": models, "vocab": vocab, "test": test, "seconds": total}
+        write_report(args.report_json, args, rows, len(test_idx), total, export_path)
+    return {"rows": rows, "models": models, "vocab": vocab, "test": test, "seconds": total,
+            "export_path": export_path}
 
 
-def write_report(path: str, args, rows, held_out: int, total: float) -> None:
+def export_classifier(model, layers: str, out: str, vocab: Vocabulary, probe: np.ndarray) -> str:
+    """Exports `model` as version 1 under `out` and returns that folder:
+    `kb.export_saved_model` (signatures `serving_default`, word ids
+    `inputs` and `lengths`, and `serving_unpadded`, word ids alone, 0
+    masked as the model's Embedding masks it), or for the Keras twin
+    Keras's `model.export` (word ids `words`). The vocabulary goes beside
+    the versions. The reloaded export must serve the model's
+    probabilities for `probe` (padded word ids)."""
+    if layers == "keras":
+        path = os.path.join(out, "sentence_classifier_keras", "1")
+        model.export(path, verbose=False)
+        feed = {"words": tf.constant(probe)}
+    else:
+        path = kb.export_saved_model(model, os.path.join(out, "sentence_classifier"), version=1, overwrite=True)
+        feed = {"inputs": tf.constant(probe), "lengths": tf.constant((probe != 0).sum(axis=1), tf.int32)}
+    with open(os.path.join(os.path.dirname(path), "vocabulary.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(vocab.words) + "\n")
+    (served,) = tf.saved_model.load(path).signatures["serving_default"](**feed).values()
+    expected = predictor(model)(probe).numpy()
+    if not np.allclose(served.numpy(), expected, atol=1e-5):
+        raise RuntimeError(f"the export at {path} serves {served.numpy()[:, 0]}, the model {expected[:, 0]}")
+    return path
+
+
+def write_report(path: str, args, rows, held_out: int, total: float, export_path: Optional[str] = None) -> None:
     """--report-json: one entry per variant; with a single variant its
     numbers are also at the top level."""
     entries = [
@@ -385,7 +427,7 @@ def write_report(path: str, args, rows, held_out: int, total: float) -> None:
         for r in rows
     ]
     report = {"example": "sentence_classification", "layers": args.layers,
-              "held_out_sentences": held_out, "seconds": total, "variants": entries}
+              "held_out_sentences": held_out, "seconds": total, "variants": entries, "export_path": export_path}
     if len(entries) == 1:
         report.update({k: v for k, v in entries[0].items() if k != "variant"}, variant=entries[0]["variant"])
     with open(path, "w", encoding="utf-8") as f:

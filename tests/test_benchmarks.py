@@ -157,6 +157,34 @@ def test_latency_script_serves_the_demo_exports(tmp_path):
         assert result["batch1_ms"] > 0 and result["batch64_ms"] > 0
 
 
+@pytest.mark.slow(reason="exports two small classifiers and serves them in a child process, ~20 s")
+def test_latency_script_serves_the_classifier_exports(tmp_path):
+    """The classifier's exports (the example's `export_classifier`): kb's
+    through both signatures and Keras's, fed rows of word ids from the
+    vocabulary written beside each."""
+    from helpers import load_example
+
+    sent = load_example("sentence_classification")
+    bench = load_bench()
+    vocab = sent.Vocabulary([[f"w{k}" for k in range(38)]], min_count=1)
+    probe = np.array([[3, 4, 0], [5, 6, 7]], np.int32)
+    entries = []
+    for layers in ("kb", "keras"):
+        model = sent.build_classifier("bi-attention", len(vocab), 8, 6, 0.5, attention_units=5, layers=layers)
+        path = sent.export_classifier(model, layers, str(tmp_path), vocab, probe)
+        entries += bench.latency_entries("classifier", layers, {"export_path": path})
+    assert [e.split("=")[0] for e in entries] == ["kb", "kb_unpadded", "keras"]
+    done = subprocess.run([sys.executable, "-c", bench.LATENCY_CHILD, "unused", "1"] + entries,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(results) == ["kb", "kb_unpadded", "keras"]
+    assert len({r["batch64_words"] for r in results.values()}) == 1  # the same rows for every peer
+    for result in results.values():
+        assert result["sentences"] == 64 and 64 * 7 <= result["batch64_words"] <= 64 * 38
+        assert result["batch1_ms"] > 0 and result["batch64_ms"] > 0
+
+
 def test_predict_floor_stand_in_and_interleaving():
     """bench_predict_floor's "none" demo model is what its docstring says,
     Dense(16, tanh) then Dense(2, softmax) at each position, against NumPy;

@@ -147,6 +147,39 @@ def test_classifier_twin_has_the_same_parameters_and_predictions(variant):
     np.testing.assert_allclose(np.asarray(twin(wider, training=False)), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow(reason="exports two small classifiers, ~10 s")
+def test_classifier_exports_serve_the_twins_numbers(tmp_path):
+    """`export_classifier`: kb's export (word ids and `lengths`, or word ids
+    alone) and the Keras twin's (`model.export`), the two models holding the
+    same weights, serve the twin's probabilities for right-padded word ids;
+    the vocabulary beside each export has a word per id."""
+    sent = load_example("sentence_classification")
+    vocab = sent.Vocabulary([[f"w{k}" for k in range(38)]], min_count=1)
+    ours = sent.build_classifier("bi-attention", len(vocab), 8, 6, 0.5, attention_units=5)
+    twin = sent.build_classifier("bi-attention", len(vocab), 8, 6, 0.5, attention_units=5, layers="keras")
+    ours.set_weights(kb_weights_from_twin("bi-attention", twin, 6))
+    rng = np.random.default_rng(1)
+    lengths = [5, 1, 8, 3]
+    words = np.zeros((len(lengths), max(lengths)), np.int32)
+    for row, n in enumerate(lengths):
+        words[row, :n] = rng.integers(1, len(vocab), n)
+    paths = {layers: sent.export_classifier(model, layers, str(tmp_path), vocab, words)
+             for layers, model in (("kb", ours), ("keras", twin))}
+    expected = np.asarray(twin(words, training=False))
+    kb_export = tf.saved_model.load(paths["kb"]).signatures
+    served = [
+        kb_export["serving_default"](inputs=tf.constant(words), lengths=tf.constant(lengths)),
+        kb_export["serving_unpadded"](inputs=tf.constant(words)),
+        tf.saved_model.load(paths["keras"]).signatures["serving_default"](words=tf.constant(words)),
+    ]
+    for outputs in served:
+        (probs,) = outputs.values()
+        np.testing.assert_allclose(probs.numpy(), expected, atol=1e-5, rtol=1e-5)
+    for path in paths.values():
+        with open(os.path.join(os.path.dirname(path), "vocabulary.txt"), encoding="utf-8") as f:
+            assert f.read().split("\n")[:-1] == vocab.words
+
+
 # --- conll_tagging ---------------------------------------------------------------------------
 
 
