@@ -21,6 +21,11 @@ prints a bound on what any compile policy could give: kb's own epochs,
 each made faster by what compiled loops save in a later epoch, compiling
 free.
 
+With `--xla-cache DIR` as well, kb_compiled keeps its XLA programs in
+TensorFlow's persistent compilation cache in DIR: run twice, the second
+run's kb_compiled compiles nothing (what a user re-running the same
+training script would get from such a cache).
+
 With `--floor`, for the classifier, a fifth peer, minimal: its BiGRU
 replaced by the leanest plain-loop BiGRU we know
 (`bench_plain_floor.MinimalBiGRU`: hand-written loops and BPTT, right
@@ -45,6 +50,7 @@ validation pass. Results and command: benchmarks/README.md.
     python -u benchmarks/bench_recurrence_share.py --rounds 2
     python -u benchmarks/bench_recurrence_share.py --examples classifier --rounds 2 --bound
     python -u benchmarks/bench_recurrence_share.py --examples classifier --rounds 4 --floor
+    python -u benchmarks/bench_recurrence_share.py --examples classifier --rounds 3 --bound --xla-cache /tmp/xla
     python -u benchmarks/bench_recurrence_share.py --examples pos --quick   # a smoke run
 """
 
@@ -193,7 +199,11 @@ def alternating(peers: Sequence[str], rounds: int) -> Iterator[Tuple[int, str]]:
 
 
 def measure(example: str, peer: str, args: argparse.Namespace) -> dict:
-    return run_child(__file__, [example, peer, "--epochs", str(args.epochs), "--sentences", str(args.sentences)])[0]
+    env = {}
+    if args.xla_cache and peer == "kb_compiled":
+        env["TF_XLA_FLAGS"] = f"--tf_xla_persistent_cache_directory={os.path.abspath(args.xla_cache)}"
+    arguments = [example, peer, "--epochs", str(args.epochs), "--sentences", str(args.sentences)]
+    return run_child(__file__, arguments, **env)[0]
 
 
 def summary(example: str, runs: Dict[str, List[dict]]) -> str:
@@ -254,6 +264,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--sentences", type=int, default=1_000_000, help="training sentences kept (default all)")
     parser.add_argument("--quick", action="store_true", help="600 sentences: a smoke run")
     parser.add_argument("--bound", action="store_true", help="also kb_compiled, every loop shape compiled when first met")
+    parser.add_argument("--xla-cache", metavar="DIR", default=None,
+                        help="with --bound: kb_compiled reads and fills XLA's persistent compilation cache in DIR "
+                        "(TF_XLA_FLAGS=--tf_xla_persistent_cache_directory); a run after one that filled it "
+                        "measures a warm cache")
     parser.add_argument("--floor", action="store_true",
                         help="also minimal (the classifier only): the leanest plain-loop BiGRU we know in kb's place")
     parser.add_argument("--child", nargs=2, metavar=("EXAMPLE", "PEER"), help=argparse.SUPPRESS)
@@ -264,6 +278,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return child(args.child[0], args.child[1], args.epochs, args.sentences)
     if min(args.rounds, args.epochs, args.sentences) < 1 or args.epochs < 2:
         parser.error("--rounds and --sentences must be at least 1, --epochs at least 2")
+    if args.xla_cache and not args.bound:
+        parser.error("--xla-cache applies to kb_compiled: pass --bound too")
     peers = PEERS + (("kb_compiled",) if args.bound else ())
     print(f"model.fit, {args.epochs} epochs, peers {', '.join(peers)}"
           f"{', minimal (the classifier)' if args.floor else ''} (none: no recurrence); "
