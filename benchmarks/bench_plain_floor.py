@@ -324,8 +324,8 @@ def run_shape(name: str, rounds: int) -> List[str]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", nargs="+", default=["classifier", "classifier_b64", "variable", "demo_b64", "demo_b1"],
-                        choices=sorted(SHAPES))
+    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES),
+                        default=["classifier", "classifier_b64", "variable", "demo_b64", "demo_b1"])
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args(argv)
     print("plain TensorFlow loops (kb never compiled), median ms per batch over three lengths; "

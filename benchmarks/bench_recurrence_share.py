@@ -232,7 +232,8 @@ def _floor(example: str, runs: Dict[str, List[dict]]) -> str:
         return statistics.median(pick(a) / pick(b) for a, b in zip(runs[top], runs[bottom]))
 
     parts = []
-    for name, pick in (("all epochs", lambda r: sum(r["epochs"])), ("later epochs", lambda r: statistics.mean(r["epochs"][1:]))):
+    picks = (("all epochs", lambda r: sum(r["epochs"])), ("later epochs", lambda r: statistics.mean(r["epochs"][1:])))
+    for name, pick in picks:
         parts.append(f"{name} keras/minimal x{ratio('keras', 'minimal', pick):.2f}, "
                      f"minimal/kb x{ratio('minimal', 'kb', pick):.2f}")
     return f"{example}: the leanest plain loop (minimal): " + "; ".join(parts)

@@ -56,6 +56,18 @@ def test_recurrence_share_bound():
     assert share._bound("c", runs).endswith("at most x1.26")  # 7.7 / 6.1: no saving
 
 
+def test_recurrence_share_floor():
+    """keras/minimal and minimal/kb, over both epochs and the later ones,
+    medians of the rounds' ratios."""
+    share = load_bench("bench_recurrence_share")
+    runs = {"kb": [{"epochs": [4.0, 2.0]}, {"epochs": [4.0, 2.5]}, {"epochs": [5.0, 2.0]}],
+            "keras": [{"epochs": [6.0, 3.0]}] * 3,
+            "minimal": [{"epochs": [5.0, 2.0]}, {"epochs": [5.0, 2.0]}, {"epochs": [5.0, 3.0]}]}
+    # rounds' all-epoch ratios: keras/minimal 9/7, 9/7, 9/8; minimal/kb 7/6, 7/6.5, 8/7
+    assert share._floor("c", runs) == ("c: the leanest plain loop (minimal): all epochs keras/minimal x1.29, "
+                                       "minimal/kb x1.14; later epochs keras/minimal x1.50, minimal/kb x1.00")
+
+
 def test_plain_floor_reference_computes_kb_outputs_and_gradients():
     """bench_plain_floor's hand-written BiGRU, given kb's weights, matches
     kb's outputs and gradients on right-padded batches of three lengths
