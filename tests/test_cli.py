@@ -1,13 +1,13 @@
 """keras_birnn.cli: the argument checks and the epoch timer the demo and the examples share."""
 
 import argparse
-import time
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_birnn import cli
 from keras_birnn.cli import EpochTimer, check_layers, finish_args, without_autotuning
 
 
@@ -53,31 +53,47 @@ def test_layers_check_names_the_value():
         check_layers("torch")
 
 
-class _Slow(keras.callbacks.Callback):
-    """Sleeps in training batches and in validation batches, so the timer's
-    split between them is known."""
+class _Clock:
+    """A stand-in for the `time` module that `keras_birnn.cli` reads:
+    `perf_counter()` is `now`, which only `_Ticks` moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _Ticks(keras.callbacks.Callback):
+    """Moves the clock 1 s per training batch and 100 s per validation
+    batch, so the timer's split between them is known exactly (no sleeps:
+    the machine's load cannot move it)."""
+
+    def __init__(self, clock: _Clock):
+        super().__init__()
+        self.clock = clock
 
     def on_train_batch_end(self, batch, logs=None):
-        time.sleep(0.02)
+        self.clock.now += 1.0
 
     def on_test_batch_end(self, batch, logs=None):
-        time.sleep(0.5)
+        self.clock.now += 100.0
 
 
-def test_epoch_timer_splits_training_from_validation():
+def test_epoch_timer_splits_training_from_validation(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(cli, "time", clock)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     x, y = np.zeros((8, 3), "float32"), np.zeros((8, 1), "float32")
     timer = EpochTimer()
-    model.fit(x, y, batch_size=4, epochs=2, validation_data=(x, y), callbacks=[_Slow(), timer], verbose=0)
-    model.evaluate(x, y, verbose=0)  # outside fit: not counted
-    assert len(timer.seconds) == 2 and len(timer.validation_seconds) == 2
-    # 2 training batches x 0.02 s; with the validation pass it would be >= 1 s.
-    assert all(0.04 <= t < 0.9 for t in timer.seconds[1:])
-    assert all(t >= 1.0 for t in timer.validation_seconds)  # 2 validation batches x 0.5 s
+    model.fit(x, y, batch_size=4, epochs=2, validation_data=(x, y), callbacks=[_Ticks(clock), timer], verbose=0)
+    model.evaluate(x, y, verbose=0, callbacks=[_Ticks(clock)])  # outside fit: not counted
+    # Each epoch: 2 training batches, then a validation pass of 2 batches.
+    assert timer.seconds == [2.0, 2.0] and timer.validation_seconds == [200.0, 200.0]
     plain = EpochTimer()
-    model.fit(x, y, batch_size=4, epochs=3, callbacks=[_Slow(), plain], verbose=0)
-    assert len(plain.seconds) == 3 and plain.validation_seconds == []
+    model.fit(x, y, batch_size=4, epochs=3, callbacks=[_Ticks(clock), plain], verbose=0)
+    assert plain.seconds == [2.0, 2.0, 2.0] and plain.validation_seconds == []
 
 
 def test_without_autotuning_keeps_the_elements():
