@@ -81,8 +81,7 @@ def padded(batch):
     width = max(len(s) for s in batch)
     return {"tokens": tf.constant([list(s) + [""] * (width - len(s)) for s in batch])}
 
-def word_ids(specs, rows):  # the classifier: rows of word ids, 0-padded to the longest
-    name = next(n for n in specs if n != "lengths")
+def word_ids(specs, name, rows):  # the classifier: rows of word ids in `name`, 0-padded to the longest
     batch = np.zeros((len(rows), max(len(r) for r in rows)), specs[name].dtype.as_numpy_dtype)
     for k, row in enumerate(rows):
         batch[k, :len(row)] = row
@@ -105,16 +104,18 @@ for entry in entries:
     serve = tf.saved_model.load(path).signatures[signature]
     load_seconds = time.perf_counter() - began
     specs = serve.structured_input_signature[1]
+    name = next(n for n in specs if n != "lengths")  # the model's own input
     if "tokens" in specs:
         sentences = tagger_sentences()
         singles, full = [padded([s]) for s in sentences], padded(sentences)
         words = sum(len(s) for s in sentences)
-    elif specs[next(n for n in specs if n != "lengths")].dtype.is_integer:
+    elif specs[name].dtype.is_integer:
         with open(os.path.join(os.path.dirname(path), "vocabulary.txt"), encoding="utf-8") as f:
             vocabulary = len(f.read().split("\n")) - 1  # the export's, one word a line, ids from 0
         rng = np.random.default_rng(0)
         rows = [rng.integers(2, vocabulary, size=n) for n in rng.integers(7, 39, size=64)]
-        singles, full, words = [word_ids(specs, [r]) for r in rows], word_ids(specs, rows), sum(map(len, rows))
+        singles, full = [word_ids(specs, name, [r]) for r in rows], word_ids(specs, name, rows)
+        words = sum(map(len, rows))
     else:
         rows = np.random.default_rng(0).integers(0, 2, size=(64, 24, 1)).astype("float32")
         singles, full, words = [bits(specs, rows[i:i + 1]) for i in range(64)], bits(specs, rows), 64 * 24

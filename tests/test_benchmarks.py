@@ -144,6 +144,13 @@ def test_latency_script_compiles_and_commands_name_the_examples():
     command = bench.example_command("demo", "keras", args, "r.json", "out")
     assert command[1:] == ["-m", "keras_birnn.demo", "--out", "out", "--epochs", "3", "--layers", "keras",
                            "--report-json", "r.json", "--quiet"]
+    # The classifier exports (for its latency) unless --no-latency.
+    args = bench.argparse.Namespace(classifier_variant="bi-max", epochs=2, max_sentences=None, no_latency=False,
+                                    quick=False)
+    command = bench.example_command("classifier", "kb", args, "r.json", "out")
+    assert command[-9:] == ["--out", "out", "--epochs", "2", "--layers", "kb", "--report-json", "r.json", "--quiet"]
+    args.no_latency = True
+    assert "--out" not in bench.example_command("classifier", "kb", args, "r.json", "out")
 
 
 @pytest.mark.slow(reason="exports two small models and serves them in a child process, ~20 s")
