@@ -50,7 +50,7 @@ def may_differentiate_twice(tensors: Sequence[tf.Tensor]) -> bool:
 def set_while_lowering(loop_output: tf.Tensor, lowered: bool) -> None:
     """Whether TensorFlow's executor runs the `tf.while_loop` that produced
     `loop_output` (in a graph) lowered to dataflow frames or as a
-    functional `While` op (docs/design.md, "Loops"). `tf.while_loop`
+    functional `While` op (docs/design.md, "The loop"). `tf.while_loop`
     decides by itself and has no argument for it; its own helper sets the
     op's attribute."""
     op = loop_output.op

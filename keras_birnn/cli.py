@@ -23,8 +23,8 @@ LAYERS = ("kb", "keras")
 def without_autotuning(data: tf.data.Dataset) -> tf.data.Dataset:
     """`data` with tf.data's autotuning off. A pipeline of batches made
     ready in Python has nothing to tune, and with autotuning on TensorFlow
-    2.21 stalled `model.fit` for seconds at epoch ends (an iterator's
-    teardown waits on the tuning thread), with Keras's layers as with
+    2.21 stalled `model.fit` at epoch ends (an iterator's teardown waits
+    on the tuning thread), with Keras's layers as with
     these (benchmarks/README.md, "Whole models against their Keras twins")."""
     options = tf.data.Options()
     options.autotune.enabled = False

@@ -52,8 +52,9 @@ class CRFScores(NamedTuple):
 
 # --- the maths ----------------------------------------------------------------
 
-# No Python control flow depends on tensors here: skipping AutoGraph's
-# conversion saves seconds of tracing in a tf.function (and in `fit`).
+# No Python control flow depends on tensors here, so AutoGraph's conversion
+# (which rewrites each function's source before tracing it) would only add
+# tracing time in a tf.function (and in `fit`).
 _plain = tf.autograph.experimental.do_not_convert
 
 

@@ -29,7 +29,8 @@ class GRUMath(NamedTuple):
     reset_after: bool
 
     # Not a field (no annotation): `StepMath.materialize_saved`; only the
-    # LSTM's one-tanh backward was measured faster materialised.
+    # LSTM's one-tanh backward was measured faster materialised
+    # (benchmarks/README.md, "Design measurements").
     materialize_saved = False
 
     @property

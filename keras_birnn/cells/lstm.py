@@ -33,8 +33,8 @@ class LSTMMath(NamedTuple):
     def materialize_saved(self) -> bool:
         # The one-tanh backward reads the saved activation's four column
         # blocks directly in several kernels; with that slice fused into
-        # them XLA's kernels were not vectorised (2-6x slower), so the loop
-        # reads it ahead, materialised (benchmarks/README.md).
+        # them XLA did not vectorise those kernels, so the loop reads it
+        # ahead, materialised (benchmarks/README.md, "Design measurements").
         return self._one_tanh
 
     def _gates(self, saved):

@@ -22,7 +22,8 @@ class SimpleRNNMath(NamedTuple):
     activation: object
 
     # Not a field (no annotation): `StepMath.materialize_saved`; only the
-    # LSTM's one-tanh backward was measured faster materialised.
+    # LSTM's one-tanh backward was measured faster materialised
+    # (benchmarks/README.md, "Design measurements").
     materialize_saved = False
 
     @staticmethod

@@ -81,7 +81,8 @@ def summed_kernel_gradient(h_in: tf.Tensor, records: tf.Tensor) -> Tuple[tf.Tens
 
 def column_sum(x: tf.Tensor) -> tf.Tensor:
     """`reduce_sum(x, axis=0)` of a `[steps * batch, width]` matrix as a
-    matmul with a row of ones: the same sum, about four times faster on CPU
-    (1.1 against 4.7 ms for 6400 x 1024 floats)."""
+    matmul with a row of ones: the same sum, which CPU matmul kernels
+    compute faster than a reduction down the long axis (benchmarks/README.md,
+    "Design measurements": bias gradients as `ones @ x`)."""
     ones = tf.ones([1, tf.shape(x)[0]], x.dtype)
     return tf.matmul(ones, x)[0]
