@@ -5,7 +5,7 @@ For one training step of a `kb.Bidirectional(cell(units), return_sequences=True)
 `model.fit` traces it), per time bucket: the first call at a new shape with
 every shape compiled at once (`kb.compilation(compile_after=1)`: trace
 excluded, so that is XLA's compilation), and the steady-state time of a call
-run plain and run compiled. `keras_birnn.compile_policy.AUTO_COMPILE_STEPS`
+run plain and run compiled. `kb.LoopConfig.auto_compile_steps`
 is about compile cost / saving per step.
 
     python benchmarks/bench_compile_cost.py

@@ -41,6 +41,12 @@ export computes.
     python benchmarks/bench_examples.py                      # full EWT, 2 epochs: long
     python benchmarks/bench_examples.py --quick              # a smoke run: small slices and sizes
     python benchmarks/bench_examples.py --examples pos --rounds 2
+    python benchmarks/bench_examples.py --baseline /tmp/base   # also kb at another checkout ("base")
+
+With `--baseline DIR` (a checkout of earlier code, `git worktree add DIR
+REF`), a third contender, `base`, runs the same kb examples with DIR's
+`keras_birnn` first on the path, in the same rounds: a change's speed
+measured against the code before it, in one run, with kb/base ratios.
 """
 
 import argparse
@@ -56,7 +62,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EWT = os.path.join(REPO, "..", "shared", "data", "ud_english_ewt")
 EXAMPLES = ("pos", "classifier", "demo")
-LAYERS = ("kb", "keras")
+LAYERS = ("kb", "keras", "base")  # base: kb at `--baseline DIR`
 
 LATENCY_CHILD = r"""
 import json, os, statistics, sys, time
@@ -157,7 +163,7 @@ def example_command(example, layers, args, report, out):
             command += ["--train-size", "200", "--test-size", "100", "--epochs", "2"]
         if args.demo_epochs:
             command += ["--epochs", str(args.demo_epochs)]
-        return [sys.executable] + command + ["--layers", layers, "--report-json", report, "--quiet"]
+        return [sys.executable] + command + ["--layers", _library(layers), "--report-json", report, "--quiet"]
     else:
         command = [os.path.join(REPO, "examples", "sentence_classification.py"),
                    "--variants", args.classifier_variant, "--patience", str(args.epochs + 1)]
@@ -165,17 +171,24 @@ def example_command(example, layers, args, report, out):
             command += ["--max-sentences", str(args.max_sentences)]
         if not args.no_latency:
             command += ["--out", out]
-    command += ["--epochs", str(args.epochs), "--layers", layers, "--report-json", report, "--quiet"]
+    command += ["--epochs", str(args.epochs), "--layers", _library(layers), "--report-json", report, "--quiet"]
     if args.quick:
         command.append("--quick")
     return [sys.executable] + command
 
 
-def run_child(command, timeout):
+def _library(layers: str) -> str:
+    """The example's `--layers` value: the baseline runs kb's layers."""
+    return "kb" if layers == "base" else layers
+
+
+def run_child(command, timeout, code=REPO):
+    """`command` in a fresh process with `code`'s keras_birnn first on the path
+    (run from there too: `python -m` puts the working folder first)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow",
-               PYTHONPATH=os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p))
+               PYTHONPATH=os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH")) if p))
     began = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=code)
     seconds = time.perf_counter() - began
     if done.returncode != 0:
         lines = (done.stderr.strip() or done.stdout.strip()).splitlines() or ["(no output)"]
@@ -187,7 +200,8 @@ def measure(example, layers, args, workdir):
     """One example run in a fresh process; its export stays for `latencies`."""
     tag = f"{example}_{layers}_{len(os.listdir(workdir))}"
     report, out = os.path.join(workdir, f"{tag}.json"), os.path.join(workdir, tag)
-    _, error, seconds = run_child(example_command(example, layers, args, report, out), args.timeout)
+    code = args.baseline if layers == "base" else REPO
+    _, error, seconds = run_child(example_command(example, layers, args, report, out), args.timeout, code)
     if error is not None:
         return None, error
     with open(report, encoding="utf-8") as f:
@@ -205,8 +219,8 @@ def latency_entries(example, layers, result):
     path = result.get("export_path")
     if not path:
         return []
-    if example in ("classifier", "demo") and layers == "kb":
-        return [f"kb={path}:serving_default", f"kb_unpadded={path}:serving_unpadded"]
+    if example in ("classifier", "demo") and layers in ("kb", "base"):
+        return [f"{layers}={path}:serving_default", f"{layers}_unpadded={path}:serving_unpadded"]
     return [f"{layers}={path}:serving_default"]
 
 
@@ -251,7 +265,10 @@ def describe(example, layers, result) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", nargs="+", default=list(EXAMPLES), choices=EXAMPLES)
-    parser.add_argument("--layers", nargs="+", default=list(LAYERS), choices=LAYERS)
+    parser.add_argument("--layers", nargs="+", default=None, choices=LAYERS,
+                        help="contenders (default: kb keras, and base with --baseline)")
+    parser.add_argument("--baseline", default=None,
+                        help="a checkout of earlier code: its kb runs as the contender 'base'")
     parser.add_argument("--rounds", type=int, default=1, help="rounds; kb and keras alternate which runs first")
     parser.add_argument("--epochs", type=int, default=2, help="epochs of each run (default 2)")
     parser.add_argument("--train", default=os.path.join(EWT, "en_ewt-ud-train.conllu"), help="tagger: CoNLL-U train")
@@ -274,6 +291,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if min(args.rounds, args.epochs, args.latency_calls) < 1:
         parser.error("--rounds, --epochs and --latency-calls must be at least 1")
+    if args.layers is None:
+        args.layers = ["kb", "keras"] + (["base"] if args.baseline else [])
+    if "base" in args.layers and not args.baseline:
+        parser.error("--layers base needs --baseline DIR")
+    if args.baseline:
+        args.baseline = os.path.abspath(args.baseline)
+        if not os.path.isdir(os.path.join(args.baseline, "keras_birnn")):
+            parser.error(f"--baseline must be a checkout holding keras_birnn/, received {args.baseline!r}")
     print(f"Examples, keras_birnn against the Keras twins: {args.epochs} epochs, {args.rounds} round(s), "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}" + (" (--quick sizes)" if args.quick else ""),
           flush=True)
@@ -310,6 +335,21 @@ def main(argv=None):
                 theirs, mine = (statistics.median(p[side][size] for p in pairs) for side in (1, 0))
                 line += f", {label} SavedModel {size.split('_')[0]} latency keras/kb x{theirs / mine:.2f}"
         print(line + f" (medians over {min(len(ours), len(twin))} round(s); above 1: keras_birnn faster)")
+    for example in args.examples:
+        ours, base = results.get((example, "kb")), results.get((example, "base"))
+        if ours and base:
+            line = (f"{example}: base/kb fit x{ratio(base, ours, lambda r: r['fit_seconds']):.2f}, first epoch "
+                    f"x{ratio(base, ours, lambda r: r['epoch_seconds'][0]):.2f}, predict throughput kb/base "
+                    f"x{ratio(ours, base, lambda r: r['predict_sentences_per_second']):.2f}")
+            for label in sorted({k for r in ours for k in r.get("latency", {})}):
+                theirs = label.replace("kb", "base", 1)
+                pairs = [(r["latency"][label], b["latency"][theirs]) for r, b in zip(ours, base)
+                         if "batch1_ms" in r.get("latency", {}).get(label, {})
+                         and "batch1_ms" in b.get("latency", {}).get(theirs, {})]
+                for size in ("batch1_ms", "batch64_ms") if pairs else ():
+                    old, new = (statistics.median(p[side][size] for p in pairs) for side in (1, 0))
+                    line += f", {label} SavedModel {size.split('_')[0]} base/kb x{old / new:.2f}"
+            print(line + " (above 1: this checkout faster than --baseline)")
 
 
 if __name__ == "__main__":

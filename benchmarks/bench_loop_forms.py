@@ -3,11 +3,11 @@
 Outside XLA, TensorFlow runs a `tf.while_loop` either lowered to dataflow
 frames (the executor schedules every op of every iteration) or as a
 functional `While` op (the step called as one function per iteration).
-`keras_birnn.recurrence.compiled._FUNCTIONAL_STEP_LIMIT` picks the
+`kb.LoopConfig.functional_step_limit` picks the
 functional form up to that many multiply-adds per step (rows x (features +
 units) x gate width, per loop: one direction per loop in graphs), and up to
-`_FUNCTIONAL_ROW_LIMIT` per row; a training loop only where a batch of
-`_FUNCTIONAL_TRAINING_ROWS` rows would run it. This script times one call of a
+`functional_row_limit` per row; a training loop only where a batch of
+`functional_training_rows` rows would run it. This script times one call of a
 `kb.Bidirectional(cell(units), return_sequences=True)` under
 `kb.xla_disabled()`, traced with unknown batch and time sizes as
 `model.fit` and `predict` trace it, with each form forced (the limit set
@@ -30,10 +30,8 @@ import tensorflow as tf  # noqa: E402
 
 import keras_birnn as kb  # noqa: E402
 from bench_compile_cost import training_step  # noqa: E402
-from keras_birnn.recurrence import compiled, dispatch  # noqa: E402
-
 FORMS = {"lowered": (0, 0), "functional": (10**15, 10**15),
-         "default": (compiled._FUNCTIONAL_STEP_LIMIT, compiled._FUNCTIONAL_ROW_LIMIT)}
+         "default": (kb.loop_config().functional_step_limit, kb.loop_config().functional_row_limit)}
 SIZES = [(32, 32), (64, 64), (96, 128), (128, 196), (256, 256)]  # (units, features)
 GATES = {"gru": 3, "lstm": 4}
 
@@ -41,9 +39,8 @@ GATES = {"gru": 3, "lstm": 4}
 def _traced(cell: str, units: int, features: int, inference: bool, limits: tuple, x, mask):
     """The step traced with every loop form built afresh under `limits`
     (per step, per row)."""
-    dispatch._clear_loop_caches()
-    compiled._FUNCTIONAL_STEP_LIMIT, compiled._FUNCTIONAL_ROW_LIMIT = limits
-    with kb.xla_disabled():
+    step_limit, row_limit = limits
+    with kb.configure_loops(xla=False, functional_step_limit=step_limit, functional_row_limit=row_limit):
         step = training_step(cell, units, features, inference)
         step.get_concrete_function()
         step(x, mask)
@@ -55,7 +52,6 @@ def measure(cell: str, units: int, features: int, batch: int, args) -> dict:
     x = tf.constant(rng.normal(size=(batch, args.length, features)), tf.float32)
     mask = tf.sequence_mask(rng.integers(args.length // 2, args.length + 1, batch), args.length)
     steps = {name: _traced(cell, units, features, args.inference, limit, x, mask) for name, limit in FORMS.items()}
-    compiled._FUNCTIONAL_STEP_LIMIT, compiled._FUNCTIONAL_ROW_LIMIT = FORMS["default"]
     times = {name: [] for name in steps}
     for _ in range(args.calls):
         # Shuffled: a call measured right after another ran up to 30%

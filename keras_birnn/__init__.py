@@ -17,7 +17,8 @@ from keras_birnn.litert import export_tflite, flatbuffer_ops
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
 from keras_birnn.nested import NestedEncoder
 from keras_birnn.recurrent import Recurrent
-from keras_birnn.recurrence import for_export, fused_directions, xla_disabled
+from keras_birnn.config import LoopConfig, configure_loops, for_export, fused_directions, loop_config, xla_disabled
+from keras_birnn.recurrence import clear_loop_cache, loop_cache_info
 from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
 from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
 # The diagnostics module keeps its public name kb.inspect (a module file named
@@ -43,8 +44,13 @@ __all__ = [
     "flatbuffer_ops",
     "lengths_to_mask",
     "reverse_within_lengths",
+    "LoopConfig",
+    "clear_loop_cache",
+    "configure_loops",
     "for_export",
     "fused_directions",
+    "loop_cache_info",
+    "loop_config",
     "xla_disabled",
     "AttentionPooling",
     "FinalStatePooling",

@@ -11,7 +11,7 @@ other rows only (`valid_rows`), and the results are put back in place
 XLA compiles one program per input shape. A graph traced with an unknown
 time size (`model.fit` on a `tf.data` pipeline of padded batches, each as
 long as its longest row) meets a new length at almost every batch, and each
-costs a compilation: a tagger-shaped model's first epoch took seven to nine
+costs a compilation: a tagger-shaped model's first epoch took several
 times Keras's (benchmarks/README.md, "Variable lengths"). So such loops run on inputs
 padded at the end to the next bucket length, with the padded steps masked,
 and their outputs are cut back to the real length. A zero-length sequence
@@ -34,31 +34,33 @@ from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-_SHORTEST = 8
-_PER_DOUBLING = 2
+from keras_birnn.config import LoopConfig
+
 _LONGEST = 1 << 24
 
 
-def bucket_lengths() -> List[int]:
-    """Every bucket length, in increasing order, up to 2**24 steps."""
-    lengths = [_SHORTEST]
+def bucket_lengths(config: LoopConfig = LoopConfig()) -> List[int]:
+    """Every bucket length, in increasing order, up to 2**24 steps
+    (`bucket_shortest`, `buckets_per_doubling`)."""
+    lengths = [config.bucket_shortest]
+    per_doubling = config.buckets_per_doubling
     while lengths[-1] < _LONGEST:
         start = lengths[-1]
-        lengths.extend(start + start // _PER_DOUBLING * k for k in range(1, _PER_DOUBLING + 1))
+        lengths.extend(start + max(start // per_doubling, 1) * k for k in range(1, per_doubling + 1))
     return lengths
 
 
-def bucket_length(steps: tf.Tensor) -> tf.Tensor:
+def bucket_length(steps: tf.Tensor, config: LoopConfig = LoopConfig()) -> tf.Tensor:
     """The bucket a sequence of `steps` steps is padded to (0 stays 0;
     lengths beyond the table are left as they are)."""
-    table = tf.constant(bucket_lengths(), tf.int32)
+    table = tf.constant(bucket_lengths(config), tf.int32)
     index = tf.searchsorted(table, tf.reshape(steps, [1]), side="left")[0]
     bucket = tf.gather(table, tf.minimum(index, tf.size(table) - 1))
     return tf.where((steps == 0) | (steps > table[-1]), steps, bucket)
 
 
 def pad_time(
-    directions: Sequence, mask: Optional[tf.Tensor], at_least_one: bool = False
+    directions: Sequence, mask: Optional[tf.Tensor], config: LoopConfig, at_least_one: bool = False
 ) -> Tuple[list, tf.Tensor, tf.Tensor]:
     """Pads every direction's inputs and the mask to the bucket length (a
     zero-length sequence to the shortest bucket), or with `at_least_one`
@@ -71,7 +73,7 @@ def pad_time(
     """
     inputs = directions[0].inputs
     steps = tf.shape(inputs)[1]
-    padding = tf.maximum(1 - steps, 0) if at_least_one else bucket_length(tf.maximum(steps, 1)) - steps
+    padding = tf.maximum(1 - steps, 0) if at_least_one else bucket_length(tf.maximum(steps, 1), config) - steps
     if mask is None:
         mask = tf.ones(tf.shape(inputs)[:2], tf.bool)
     mask = tf.pad(mask, [[0, 0], [0, padding]], constant_values=False)
@@ -85,8 +87,9 @@ def pad_time(
 def crop_time(results: Sequence, steps: tf.Tensor) -> list:
     """Cuts the per-step outputs back to the real number of steps.
 
-    `tf.slice`, not `outputs[:, :steps]`: the strided slice's gradient took
-    4.8 ms for a `[64, 104, 128]` output, `tf.slice`'s (a pad) 0.9 ms."""
+    `tf.slice`, not `outputs[:, :steps]`: the strided slice's gradient is a
+    general scatter, several times slower than `tf.slice`'s, a pad
+    (benchmarks/README.md, "Design measurements")."""
     return [r if r.outputs is None else r._replace(outputs=_first_steps(r.outputs, steps)) for r in results]
 
 

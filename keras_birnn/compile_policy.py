@@ -1,9 +1,7 @@
 """Which loops XLA compiles: the shapes that recur, not every shape met.
 
-XLA compiles one program per input shape. On 2 CPU cores a 64-unit
-bidirectional layer's training program for one shape takes 0.3-0.4 s to
-compile, and then saves 0.02-0.07 ms per time step over the plain
-TensorFlow loop
+XLA compiles one program per input shape. A compilation costs far more
+than the time it then saves per time step over the plain TensorFlow loop
 (benchmarks/README.md, "What a compilation costs and saves"): a shape must
 come back for thousands of steps before its compilation has paid. A
 layer that meets a new shape at nearly every batch (a character encoder
@@ -16,13 +14,14 @@ time size after `bucketing`, training or inference), and runs a shape's
 loops as plain TensorFlow until it has met that shape `compile_after`
 times; from then on that shape runs XLA-compiled. By default
 (`compile_after="auto"`) that is once the layer has run
-`AUTO_COMPILE_STEPS` time steps at the shape (calls times time size): the
+`auto_compile_steps` time steps at the shape (calls times time size,
+`kb.LoopConfig`): the
 rule of renting until the rent paid equals the price of buying (at most
 about twice the best choice in hindsight where the threshold is the
 price over the rent), with the price (a compilation) and the rent (the
 plain loop's extra time per step) measured by
 `benchmarks/bench_compile_cost.py`, and the threshold at the low end of
-their measured ratio (benchmarks/README.md says why). At most `max_compiled_shapes` shapes per layer are ever
+their measured ratio (same section). At most `max_compiled_shapes` shapes per layer are ever
 compiled; the rest stay plain. The choice changes neither numbers beyond
 float rounding nor gradients: both paths are the same traced loops and
 the same hand-written BPTT (the NumPy oracle tests run on both).
@@ -32,7 +31,7 @@ Inference calls in a graph traced for any sequence length (`predict` or
 counted by default: they run plain loops (the "inference" path of
 `loop_report()`), without time buckets: compiled inference pays for its
 compilation only after hundreds of calls at one shape, which bucketed
-lengths rarely reach (`counts_inference`). Inference traced for one length (a fixed-shape
+lengths rarely reach (`recurrence.plan.counts_inference`). Inference traced for one length (a fixed-shape
 function, `predict` on batches padded to one length) and, under an
 explicit `compile_after`, every inference call are counted like training
 calls.
@@ -53,34 +52,24 @@ from typing import Dict, List, Optional, Union
 
 import tensorflow as tf
 
+from keras_birnn.config import LoopConfig, configure_loops, loop_config
+
 _FLAG = 1 << 62  # marks a shape's "compiled" entry
 _PROMOTED = -1  # the key counting the shapes compiled so far
-
-
-# Time steps a layer runs at one shape before compiling it, by default:
-# a compilation's cost over the plain loop's extra cost per step, both
-# measured on 2 cores (benchmarks/README.md, "What a compilation costs and
-# saves": 5,100-17,600 steps, median about 9,500), taken at the low end
-# because whole models showed larger rents. 12,000 until the two
-# directions of a bidirectional layer shared one XLA program, which halved
-# the cost and left the steady-state steps as they were.
-AUTO_COMPILE_STEPS = 6_000
-
-
-class _Settings:
-    compile_after = "auto"
-    max_compiled_shapes = 16
+_SHAPES = -2  # the key counting the shapes counted so far
+_UNCOUNTED = -3  # where a shape past `max_counted_shapes` writes, so the table stays bounded
 
 
 @contextlib.contextmanager
 def compilation(compile_after: Union[int, str, None] = None, max_compiled_shapes: Optional[int] = None):
-    """Sets when loops traced inside the `with` block are compiled.
+    """Sets when loops traced inside the `with` block are compiled, in this
+    context (thread) only: a shorthand for `kb.configure_loops`.
 
     Args:
         compile_after: A loop shape runs XLA-compiled from the time a
             layer meets it for the `compile_after`-th time (1: at once);
             before that it runs as plain TensorFlow. `"auto"` (the
-            default): once the layer has run `AUTO_COMPILE_STEPS` time
+            default): once the layer has run `auto_compile_steps` time
             steps at that shape.
         max_compiled_shapes: At most this many shapes per layer are
             compiled (0: none).
@@ -94,50 +83,29 @@ def compilation(compile_after: Union[int, str, None] = None, max_compiled_shapes
         model.fit(dataset)      # every shape compiled when first met
     ```
     """
-    if compile_after is not None and compile_after != "auto" and not _is_count(compile_after, minimum=1):
-        raise ValueError(f'`compile_after` must be an integer >= 1 or "auto", received {compile_after!r}.')
-    if max_compiled_shapes is not None and not _is_count(max_compiled_shapes, minimum=0):
-        raise ValueError(f"`max_compiled_shapes` must be an integer >= 0, received {max_compiled_shapes!r}.")
-    previous = (_Settings.compile_after, _Settings.max_compiled_shapes)
+    changes = {}
     if compile_after is not None:
-        _Settings.compile_after = compile_after
+        changes["compile_after"] = compile_after
     if max_compiled_shapes is not None:
-        _Settings.max_compiled_shapes = max_compiled_shapes
-    try:
+        changes["max_compiled_shapes"] = max_compiled_shapes
+    with configure_loops(**changes):
         yield
-    finally:
-        _Settings.compile_after, _Settings.max_compiled_shapes = previous
-
-
-def _is_count(value, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def settings() -> dict:
-    """The settings in force: `{"compile_after": ..., "max_compiled_shapes": ...}`."""
-    return {"compile_after": _Settings.compile_after, "max_compiled_shapes": _Settings.max_compiled_shapes}
+    """The compile settings in force: `{"compile_after": ..., "max_compiled_shapes": ...}`."""
+    config = loop_config()
+    return {"compile_after": config.compile_after, "max_compiled_shapes": config.max_compiled_shapes}
 
 
-def calls_before_compiled(steps):
+def calls_before_compiled(steps, config: LoopConfig):
     """How many calls at a shape of `steps` time steps (after time buckets,
-    at least 1) a layer makes before that shape runs compiled, under the
-    settings in force: a Python int for an int, a tensor for a tensor (the
-    layer's count, in its graph)."""
-    if _Settings.compile_after != "auto":
-        return _Settings.compile_after
-    return (AUTO_COMPILE_STEPS + steps - 1) // steps
-
-
-def counts_inference(static_length: bool) -> bool:
-    """Whether an inference call in a graph is counted (and compiled once
-    its shape recurs): under an explicit `compile_after`, or when the graph
-    was traced for one sequence length (`static_length`). An inference
-    graph traced for any length runs plain loops, uncounted and without
-    time buckets: compiled inference loops pay for their compilation only
-    after hundreds of calls at one shape (benchmarks/README.md, "The
-    counted path at inference"), which lengths spread over time buckets
-    rarely reach."""
-    return _Settings.compile_after != "auto" or static_length
+    at least 1) a layer makes before that shape runs compiled, under
+    `config`: a Python int for an int, a tensor for a tensor (the layer's
+    count, in its graph)."""
+    if config.compile_after != "auto":
+        return config.compile_after
+    return (config.auto_compile_steps + steps - 1) // steps
 
 
 class ShapeCounter:
@@ -147,20 +115,25 @@ class ShapeCounter:
     calls the layer (`fit`, `evaluate`, `predict`) reads and updates the
     same counts; TensorFlow runs the operations on one table in program
     order. Not tracked, so a SavedModel never holds it (exports trace the
-    loops without it, see `recurrence.run`).
+    loops without it, see `recurrence.run`). Bounded: at most
+    `max_counted_shapes` shapes are counted (a later new shape runs plain,
+    uncounted), so a server meeting ever new shapes keeps a table of fixed
+    size.
     """
 
     def __init__(self):
         self._table = None
         self._lock = threading.Lock()
-        self.traced_paths: Dict[str, int] = {}
+        self._plans: Dict[tuple, int] = {}
 
     def __deepcopy__(self, memo):
         return ShapeCounter()  # a copied layer starts counting afresh
 
-    def note_path(self, path: str) -> None:
-        """Records, when a loop is traced or called eagerly, how it was built."""
-        self.traced_paths[path] = self.traced_paths.get(path, 0) + 1
+    def note_plan(self, plan) -> None:
+        """Records, when a loop is traced or called eagerly, the plan it ran."""
+        described = tuple(plan.describe().items())
+        with self._lock:
+            self._plans[described] = self._plans.get(described, 0) + 1
 
     def _lookup_table(self):
         with self._lock:
@@ -169,22 +142,30 @@ class ShapeCounter:
                     self._table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=0)
         return self._table
 
-    def decide(self, batch: tf.Tensor, steps: tf.Tensor, training: bool) -> tf.Tensor:
+    def decide(self, batch: tf.Tensor, steps: tf.Tensor, training: bool, config: LoopConfig) -> tf.Tensor:
         """Counts one call at this shape; True where it runs compiled."""
         table = self._lookup_table()
         key = tf.cast(steps, tf.int64) * (1 << 32) + tf.cast(batch, tf.int64) * 2 + int(training)
-        keys = tf.stack([key, key + _FLAG, tf.constant(_PROMOTED, tf.int64)])
-        count, flag, promoted = tf.unstack(table.lookup(keys), num=3)
+        keys = tf.stack([key, key + _FLAG, tf.constant(_PROMOTED, tf.int64), tf.constant(_SHAPES, tf.int64)])
+        count, flag, promoted, shapes = tf.unstack(table.lookup(keys), num=4)
+        new = count == 0
+        counted = ~new | (shapes < config.max_counted_shapes)
         count += 1
-        threshold = calls_before_compiled(tf.maximum(tf.cast(steps, tf.int64), 1))
-        promote = (flag == 0) & (count >= threshold) & (promoted < _Settings.max_compiled_shapes)
+        threshold = calls_before_compiled(tf.maximum(tf.cast(steps, tf.int64), 1), config)
+        promote = counted & (flag == 0) & (count >= threshold) & (promoted < config.max_compiled_shapes)
         compiled = (flag > 0) | promote
-        update = table.insert(keys, tf.stack([count, tf.cast(compiled, tf.int64), promoted + tf.cast(promote, tf.int64)]))
+        # A shape past the bound writes its entries to one spare key instead.
+        write = tf.where(counted, keys[:2], tf.constant([_UNCOUNTED, _UNCOUNTED], tf.int64))
+        update = table.insert(
+            tf.concat([write, keys[2:]], 0),
+            tf.stack([count, tf.cast(compiled, tf.int64), promoted + tf.cast(promote, tf.int64),
+                      shapes + tf.cast(new & counted, tf.int64)]),
+        )
         with tf.control_dependencies([update]):
             return tf.identity(compiled)
 
     def report(self) -> dict:
-        """The shapes met and how each ran (read eagerly)."""
+        """The plans that ran and the shapes met, and how each ran (read eagerly)."""
         shapes: List[dict] = []
         if self._table is not None:
             keys, values = (t.numpy().tolist() for t in self._table.export())
@@ -201,7 +182,12 @@ class ShapeCounter:
                         "compiled": bool(entries.get(key | _FLAG, 0)),
                     }
                 )
-        return {"traced": dict(self.traced_paths), "shapes": shapes}
+        with self._lock:
+            plans = [dict(described, calls=calls) for described, calls in self._plans.items()]
+        traced: Dict[str, int] = {}
+        for p in plans:
+            traced[p["path"]] = traced.get(p["path"], 0) + p["calls"]
+        return {"traced": traced, "plans": plans, "shapes": shapes}
 
 
 class LoopReporting:
@@ -219,8 +205,10 @@ class LoopReporting:
         """How this layer's loops ran.
 
         Returns:
-            A dict with `"traced"`: how the loops were built, each time a
-            graph was traced or an eager call made (`"counted"`: chosen per
+            A dict with `"plans"`: each plan that ran (`recurrence.plan.LoopPlan`:
+            path, loop form, runner, caller, rows, time padding, empty case,
+            fusion, memory) with its `calls`, counted each time a graph was
+            traced or an eager call made; `"traced"`: the same counts per path (`"counted"`: chosen per
             call at run time; `"inference"`: plain loops, uncounted, for
             inference traced for any length; `"compiled"`: XLA for a static shape or an
             export; `"plain"`: under `kb.xla_disabled()`; `"inside-xla"`:

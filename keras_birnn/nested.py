@@ -14,18 +14,12 @@ import numbers
 import keras
 import tensorflow as tf
 
-from keras_birnn._tf_internal import tape_may_record
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
-from keras_birnn.recurrence.switches import _loops_may_branch
+from keras_birnn.recurrence.plan import Grouping, plan_groups
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.serialization import deserialized
 
-# At inference the length groups pay only for many items: a value chosen
-# between the two sizes measured, one sentence (one call faster) and 64
-# sentences (the groups faster; benchmarks/README.md, "The examples with
-# `--layers keras`").
-_GROUPED_FROM_ITEMS = 256
 
 
 @keras_birnn_export("keras_birnn.NestedEncoder")
@@ -129,7 +123,7 @@ class NestedEncoder(keras.layers.Layer):
     def _encode_valid(self, flat, flat_mask, training):
         """(the valid items encoded, their rows in `flat`): in length groups
         when training or under a tape, else (inference) from
-        `_GROUPED_FROM_ITEMS` valid items on, chosen by a `tf.cond`; in one
+        `LoopConfig.grouped_from_items` valid items on, chosen by a `tf.cond`; in one
         call below that, and when traced for LiteRT (no branch there: it
         would hide the weights from the converter; its models run small
         fixed batches). No cond under any tape (one watching only the
@@ -142,12 +136,13 @@ class NestedEncoder(keras.layers.Layer):
         def encode(groups):
             return self._encode_by_extent(flat, flat_mask, extent, elements, training, groups)
 
-        if self.length_groups == 1 or not _loops_may_branch():
+        grouping, threshold = plan_groups(self.length_groups, training)
+        if grouping is Grouping.ONE_CALL:
             return encode(1)
-        if training or tape_may_record():
+        if grouping is Grouping.GROUPS:
             return encode(self.length_groups)
         items = tf.reduce_sum(tf.cast(extent > 0, tf.int32))
-        return tf.cond(items >= _GROUPED_FROM_ITEMS, lambda: encode(self.length_groups), lambda: encode(1))
+        return tf.cond(items >= threshold, lambda: encode(self.length_groups), lambda: encode(1))
 
     def _encode_by_extent(self, flat, flat_mask, extent, elements, training, groups: int):
         """(the valid items encoded in `groups` groups by `extent`, their rows in `flat`)."""

@@ -30,12 +30,13 @@ def compiled_loops(monkeypatch):
     plain as uncounted inference, are built XLA-compiled outright, without
     the run-time choice between the compiled and plain forms: for tests
     that read the compiled loops' structure."""
-    from keras_birnn import recurrence
+    from keras_birnn.recurrence import plan
 
-    # Patched where `run` reads it (`recurrence.dispatch`), not the package.
-    path = recurrence.dispatch._path
-    monkeypatch.setattr(recurrence.dispatch, "_path",
-                        lambda *args: "compiled" if path(*args) in ("counted", "inference") else path(*args))
+    # Patched where the planner reads it: the plan's other choices follow
+    # from the path (time buckets, runner), as for an uncounted layer.
+    path = plan._path
+    relaxed = (plan.Path.COUNTED, plan.Path.INFERENCE)
+    monkeypatch.setattr(plan, "_path", lambda *args: plan.Path.COMPILED if path(*args) in relaxed else path(*args))
 
 
 def pytest_collection_modifyitems(config, items):

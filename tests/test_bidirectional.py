@@ -335,22 +335,14 @@ def loop_switch():
     """`switch(xla=..., inline_step_limit=..., functional_step_limit=...,
     functional_row_limit=...)` sets how `recurrence` builds loops for one test; loops built under other
     settings are dropped from the caches before and after."""
-    rec = kb.recurrence
-    # The limits are set where they are read (`recurrence.compiled`).
-    saved = {"xla": rec._XLA.enabled, "inline_step_limit": rec.compiled._INLINE_STEP_LIMIT,
-             "functional_step_limit": rec.compiled._FUNCTIONAL_STEP_LIMIT,
-             "functional_row_limit": rec.compiled._FUNCTIONAL_ROW_LIMIT}
+    settings = contextlib.ExitStack()
 
-    def switch(xla=saved["xla"], inline_step_limit=saved["inline_step_limit"],
-               functional_step_limit=saved["functional_step_limit"],
-               functional_row_limit=saved["functional_row_limit"]):
-        rec._XLA.enabled, rec.compiled._INLINE_STEP_LIMIT = xla, inline_step_limit
-        rec.compiled._FUNCTIONAL_STEP_LIMIT = functional_step_limit
-        rec.compiled._FUNCTIONAL_ROW_LIMIT = functional_row_limit
-        rec._clear_loop_caches()
+    def switch(**changes):
+        settings.close()  # one block of settings at a time
+        settings.enter_context(kb.configure_loops(**changes))
 
-    yield switch
-    switch(**saved)
+    with settings:
+        yield switch
 
 
 @pytest.fixture

@@ -108,7 +108,7 @@ def test_when_buckets_are_used(monkeypatch, how, bucketed):
     """Only loops that XLA would compile once per length: traced in a graph
     with an unknown time size, not inside an XLA-compiled caller, not as
     plain TensorFlow loops (among them inference traced for any length,
-    which `compile_policy.counts_inference` leaves plain)."""
+    which `recurrence.plan.counts_inference` leaves plain)."""
     calls = _pad_time_calls(monkeypatch)
     layer = kb.Bidirectional(kb.GRUCell(3), return_sequences=True)
     layer.build((None, None, F))

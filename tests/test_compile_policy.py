@@ -1,6 +1,6 @@
 """When loops run XLA-compiled: a layer runs a loop shape as plain
 TensorFlow until it has met that shape `compile_after` times (by default,
-until it has run `AUTO_COMPILE_STEPS` time steps at it), then
+until it has run `auto_compile_steps` time steps at it), then
 compiled. Both paths must give the NumPy oracle's numbers, and the layer
 must never compile a program for each new batch size."""
 
@@ -66,17 +66,21 @@ def test_a_shape_is_compiled_at_its_nth_call():
 
 @pytest.mark.slow(reason="XLA compilation, ~2.5 s")
 @pytest.mark.parametrize("length, bucket", [(5, 8), (20, 24)])
-def test_auto_compiles_after_a_number_of_steps(monkeypatch, length, bucket):
+def test_auto_compiles_after_a_number_of_steps(length, bucket):
     """By default a shape is compiled once the layer has run
-    `AUTO_COMPILE_STEPS` time steps at it: 40 steps are 5 calls at the
+    `auto_compile_steps` time steps at it: 40 steps are 5 calls at the
     8-step bucket and 2 at the 24-step one."""
-    monkeypatch.setattr(compile_policy, "AUTO_COMPILE_STEPS", 40)
+    with kb.configure_loops(auto_compile_steps=40):
+        _auto_compiles_after(length, bucket)
+
+
+def _auto_compiles_after(length, bucket):
     layer = kb.Bidirectional(kb.GRUCell(3), return_sequences=True)
     call = tf.function(lambda x, m: layer(x, mask=m, training=True), input_signature=UNKNOWN)
     x = np.ones((2, length, F), np.float32)
     threshold = -(-40 // bucket)
     assert compile_policy.settings()["compile_after"] == "auto"
-    assert compile_policy.calls_before_compiled(bucket) == threshold
+    assert compile_policy.calls_before_compiled(bucket, kb.loop_config()) == threshold
     for n in range(1, threshold + 2):
         call(x, np.ones((2, length), bool))
         [shape] = _shapes(layer)
@@ -238,8 +242,8 @@ def test_training_graph_size(units, functional):
     directions (their order is a tensor) and both calls share; a functional form (a `_by_batch_size` cond in each
     plain branch) only for a layer that a 32-row batch would run as one."""
     per_row = (F + units) * 3 * units
-    rows = kb.recurrence.compiled._FUNCTIONAL_STEP_LIMIT // per_row
-    assert per_row <= kb.recurrence.compiled._FUNCTIONAL_ROW_LIMIT and (rows >= 32) == functional
+    rows = kb.loop_config().functional_step_limit // per_row
+    assert per_row <= kb.loop_config().functional_row_limit and (rows >= 32) == functional
     nodes, functions = _training_graph(kb.Bidirectional(kb.GRUCell(units), return_sequences=True))
     assert not [n.name for n in nodes if n.op in ("If", "StatelessIf", "While", "StatelessWhile")]
     with_loops = [f for f in functions if any(n.op in ("While", "StatelessWhile") for n in f.node_def)]

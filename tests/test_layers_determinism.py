@@ -129,7 +129,7 @@ if role == "determinism":
             fit(m, shuffle=True)
             save(name, state(m))
     shapes = m.layers[1].loop_report()["shapes"]
-    report = {"keras_jit_compile": m.jit_compile, "loop_xla": recurrence._XLA.enabled,
+    report = {"keras_jit_compile": m.jit_compile, "loop_xla": kb.loop_config().xla,
               "compiled_loops": sum(s["compiled"] for s in shapes)}
 
 elif role == "resume":

@@ -9,7 +9,6 @@ import pytest
 import tensorflow as tf
 
 import keras_birnn as kb
-import keras_birnn.nested as nested_module
 from birnn_cases import F, make_case
 from helpers import assert_all_close, keras_round_trip
 
@@ -103,13 +102,17 @@ GROUPINGS = [(g, mode) for g in (1, 2, 3, 4, 7) for mode in ("training", "infere
 
 
 @pytest.mark.parametrize("length_groups, mode", GROUPINGS + [(3, "inference, one call")])
-def test_every_length_grouping_matches_oracle(length_groups, mode, monkeypatch):
+def test_every_length_grouping_matches_oracle(length_groups, mode):
     """The groups only cut elements masked in every item of a group: the
     items' outputs are the oracle's, and the same for every grouping, with
     unknown sizes; the element extent 5 puts the items of extent 1-5 into
     different groups for 2-4 groups. Inference groups from a count of
     valid items on (a `tf.cond`): here set to 0 (always) or out of reach."""
-    monkeypatch.setattr(nested_module, "_GROUPED_FROM_ITEMS", 10**9 if mode == "inference, one call" else 0)
+    with kb.configure_loops(grouped_from_items=10**9 if mode == "inference, one call" else 0):
+        _grouping_matches_oracle(length_groups, mode)
+
+
+def _grouping_matches_oracle(length_groups, mode):
     case, x = _case("lstm", "concat")
     nested = kb.NestedEncoder(case.layer, length_groups=length_groups)
     training = True if mode == "training" else None  # no dropout in the case: the same numbers
@@ -128,15 +131,15 @@ def test_every_length_grouping_matches_oracle(length_groups, mode, monkeypatch):
 def test_when_the_groups_are_used(training, threshold, taped, groups, monkeypatch):
     """Eagerly a `tf.cond` runs one branch: the groups are used for
     training, under a tape, and at inference from the threshold on."""
-    monkeypatch.setattr(nested_module, "_GROUPED_FROM_ITEMS", threshold)
     used = []
     encode = kb.NestedEncoder._encode_by_extent
     monkeypatch.setattr(kb.NestedEncoder, "_encode_by_extent",
                         lambda self, *a: used.append(a[-1]) or encode(self, *a))
     case, x = _case("gru_reset_after")
     nested = kb.NestedEncoder(case.layer)
-    with tf.GradientTape() if taped else contextlib.nullcontext():
-        nested(x, mask=_extents_mask(), training=training)
+    with kb.configure_loops(grouped_from_items=threshold):
+        with tf.GradientTape() if taped else contextlib.nullcontext():
+            nested(x, mask=_extents_mask(), training=training)
     assert used == [groups]
 
 

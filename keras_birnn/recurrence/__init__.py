@@ -17,7 +17,7 @@ XLA compiles a program per input shape, so in a graph traced with an
 unknown sequence length the loops run on inputs padded to a few bucket
 lengths (`bucketing`), the padding masked and skipped; a layer's loops run
 XLA-compiled only for the shapes it meets often, and as plain TensorFlow
-otherwise (`compile_policy`, the "counted" path of `dispatch._path`;
+otherwise (`compile_policy`, the "counted" path of `plan.plan`;
 inference traced for any length runs plain, the "inference" path);
 sequence-level encoders leave rows without a valid step out
 (`bucketing.valid_rows`).
@@ -30,35 +30,30 @@ gradient. benchmarks/README.md holds the measurements behind these choices.
 
 Modules, one concept each (imports go down this list only):
 
-- `switches`: the switches deciding how loops are built (`xla_disabled`, `for_export`,
-  `fused_directions`, `_rows_kept`, `_forward_only`, `_no_empty_case`) and
-  the XLA-context check;
+- `plan`: `plan`, the one place that decides how a call's loops are built
+  (from the context, the tapes and `keras_birnn.config`), as a `LoopPlan`;
+- `cache`: the one bounded, thread-safe cache of loop functions and runners;
 - `layout`: `Direction`, and the flat-list layout of directions, outputs,
   kept memory and gradients, with the loop key (`LoopKey`);
 - `timeloop`: the positions a loop visits, per-step reads, the `tf.while_loop`;
 - `loops`: the forward and backward (BPTT) loops;
 - `gradients`: the bulk gradients summed over time, and the BPTT's gradient;
 - `compiled`: the loops as cached plain or XLA-compiled functions;
-- `dispatch`: `run`, the path a call takes, and the custom gradient.
+- `dispatch`: `run`, which executes a call's plan, and the custom gradient.
 
 The names below are re-exported for callers outside the package, which
 read them here (so patching `recurrence.run` or `recurrence._rows_kept`
 reaches them). Code inside the package reads its submodules' names: a test
 that patches a function the package calls patches it where it is read
-(`recurrence.dispatch._path`, for instance).
+(`recurrence.dispatch.plan`, for instance).
 """
 
+from keras_birnn.config import _no_empty_case, _rows_kept, for_export, fused_directions, xla_disabled
+from keras_birnn.recurrence.cache import clear_loop_cache, loop_cache_info
 from keras_birnn.recurrence.compiled import _by_batch_size, _loop_functions
-from keras_birnn.recurrence.dispatch import _clear_loop_caches, run
+from keras_birnn.recurrence.dispatch import run
 from keras_birnn.recurrence.layout import Direction, DirectionResult
-from keras_birnn.recurrence.switches import (
-    _XLA,
-    _forward_only,
-    _no_empty_case,
-    _rows_kept,
-    for_export,
-    fused_directions,
-    xla_disabled,
-)
+from keras_birnn.recurrence.plan import LoopPlan
 
-__all__ = ["Direction", "DirectionResult", "for_export", "fused_directions", "run", "xla_disabled"]
+__all__ = ["Direction", "DirectionResult", "LoopPlan", "clear_loop_cache", "for_export", "fused_directions",
+           "loop_cache_info", "run", "xla_disabled"]

@@ -1,12 +1,12 @@
-"""`run`: from a call's directions to the loops that run them, and the
-custom gradient around those loops.
+"""`run`: a call's plan executed, from its directions to the loops that
+run them, and the custom gradient around those loops.
 
-A call takes one path (`_path`): forward-mode derivatives and exported
-serving graphs run plain forward loops (`loops._plain_loop`,
-`compiled._serving_loop`); everything else runs the loops
-under `tf.custom_gradient` (`_differentiable_loop`), plain or XLA-compiled,
-the compiled form chosen per shape by the layer's count in the "counted"
-path (`compile_policy`).
+`plan.plan` decides everything about the call; this module only carries it
+out: forward-mode derivatives and exported serving graphs run plain
+forward loops (`loops._plain_loop`, `compiled._serving_loop`); everything
+else runs the loops under `tf.custom_gradient` (`_differentiable_loop`),
+plain or XLA-compiled, the compiled form chosen per shape by the layer's
+count on the counted path (`compile_policy`).
 """
 
 import functools
@@ -15,8 +15,8 @@ from typing import Callable, List, Optional, Sequence
 import tensorflow as tf
 
 from keras_birnn import bucketing, compile_policy
-from keras_birnn._tf_internal import carries_tangents, in_save_context, may_differentiate_twice
-from keras_birnn.recurrence.compiled import _chosen_loop_functions, _clear_caches, _loop_functions, _serving_loop
+from keras_birnn.recurrence.cache import LOOPS
+from keras_birnn.recurrence.compiled import _chosen_loop_functions, _loop_functions, _serving_loop
 from keras_birnn.recurrence.gradients import _bptt
 from keras_birnn.recurrence.layout import (
     Direction,
@@ -29,13 +29,17 @@ from keras_birnn.recurrence.layout import (
     _unflatten_outputs,
 )
 from keras_birnn.recurrence.loops import _plain_loop
-from keras_birnn.recurrence.switches import (
-    _XLA,
-    _CompactRows,
-    _CustomGradient,
-    _loops_may_branch,
-    _in_xla,
-    _runs_concurrently,
+from keras_birnn.recurrence.plan import (
+    Build,
+    EmptyCase,
+    LoopPlan,
+    Memory,
+    Path,
+    Rows,
+    Runner,
+    TimePadding,
+    counted_form,
+    plan,
 )
 
 
@@ -46,7 +50,7 @@ def run(
     bptt: bool = False,
     counter: Optional[compile_policy.ShapeCounter] = None,
 ) -> List[DirectionResult]:
-    """Runs every direction over the whole sequence.
+    """Runs every direction over the whole sequence, as `plan.plan` decides.
 
     Args:
         directions: The recurrences; all share batch and time sizes.
@@ -60,78 +64,31 @@ def run(
             the shapes that recur (`compile_policy`); without it, they
             always run compiled while XLA is on.
     """
-    if mask is not None and not return_sequences and _CompactRows.enabled and not _in_xla():
-        # Rows without a valid step (padding words of a character encoder)
-        # are left out of sequence-level encoders' loops. Not for per-step
-        # outputs, whose rows are rarely empty (the gather and scatter would
-        # slow a tagger's training step), nor inside XLA (the count of rows
-        # left is dynamic), nor when tracing for LiteRT (`_rows_kept`).
+    call_plan = plan(directions, _flatten(directions), mask, return_sequences, bptt, counter is not None)
+    if call_plan.rows is Rows.VALID:
         compact, compact_mask, rows = bucketing.valid_rows(directions, mask)
-        results = _run_bucketed(compact, compact_mask, return_sequences, bptt, counter)
+        results = _run_padded(call_plan, compact, compact_mask, return_sequences, counter)
         return bucketing.restore_rows(results, directions, rows)
-    return _run_bucketed(directions, mask, return_sequences, bptt, counter)
+    return _run_padded(call_plan, directions, mask, return_sequences, counter)
 
 
-def _run_bucketed(directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
-    path = _path(directions, _flatten(directions), counter, bptt)
-    if _compiles_per_length(directions, path):
-        return _run_padded(path, directions, mask, return_sequences, bptt, counter, at_least_one=False)
-    return _run(path, directions, mask, return_sequences, bptt, counter)
+def _run_padded(call_plan: LoopPlan, directions, mask, return_sequences, counter) -> List[DirectionResult]:
+    """The loops, on inputs padded at the end as the plan says
+    (`bucketing.pad_time`: to the bucket length, or a zero-length sequence
+    to one masked step), which leaves them at least one step and so no
+    zero-length `tf.cond`; outputs cropped back to the real length."""
+    if call_plan.padding is TimePadding.NONE:
+        return _run_plan(call_plan, directions, mask, return_sequences, counter)
+    at_least_one = call_plan.padding is TimePadding.ONE_STEP
+    directions, mask, steps = bucketing.pad_time(directions, mask, call_plan.config, at_least_one=at_least_one)
+    return bucketing.crop_time(_run_plan(call_plan, directions, mask, return_sequences, counter), steps)
 
 
-def _run_padded(path, directions, mask, return_sequences, bptt, counter, at_least_one: bool) -> List[DirectionResult]:
-    """The loops on inputs padded at the end (`bucketing.pad_time`: to the
-    bucket length, or to one step if there is none), which leaves them at
-    least one step, so without the zero-length `tf.cond`; outputs cropped
-    back to the real length."""
-    directions, mask, steps = bucketing.pad_time(directions, mask, at_least_one=at_least_one)
+def _run_plan(call_plan: LoopPlan, directions, mask, return_sequences, counter) -> List[DirectionResult]:
     flat = _flatten(directions)
-    results = _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case=False)
-    return bucketing.crop_time(results, steps)
-
-
-# The paths whose loops XLA compiles (`_runner`): on them a graph traced
-# with an unknown time size would compile a program per length.
-_COMPILING_PATHS = ("counted", "compiled", "higher-order")
-
-
-def _compiles_per_length(directions: Sequence[Direction], path: str) -> bool:
-    """Whether the loops about to be built are XLA programs that would each
-    be compiled again for every new sequence length: on a compiling path,
-    in a graph traced with an unknown time size (eager calls and an
-    XLA-compiled caller have static shapes). Those run on time buckets
-    (`bucketing`)."""
-    return path in _COMPILING_PATHS and directions[0].inputs.shape[1] is None and not tf.executing_eagerly()
-
-
-def _run(path, directions, mask, return_sequences, bptt, counter) -> List[DirectionResult]:
-    flat = _flatten(directions)
-    if _recorded_twice(path, directions, flat):
-        # The zero-length `tf.cond` below cannot hold a custom gradient that
-        # a persistent or nested tape records ("Could not find external
-        # tensor capture"): a zero-length sequence gets one masked step
-        # instead (exact: a masked step reads nothing), and no cond.
-        return _run_padded(path, directions, mask, return_sequences, bptt, counter, at_least_one=True)
-    return _run_path(path, directions, flat, mask, return_sequences, bptt, counter, _loops_may_branch())
-
-
-def _recorded_twice(path: str, directions, flat) -> bool:
-    """Whether this graph call's custom gradient (every path but the plain
-    TensorFlow loops of forward mode and exports) is recorded by a tape
-    that may differentiate it again, with an unknown time size: the case
-    the zero-length `tf.cond` cannot hold."""
-    if path in ("forward-mode", "forward-only") or not _loops_may_branch() or tf.executing_eagerly():
-        return False
-    return directions[0].inputs.shape[1] is None and may_differentiate_twice(flat)
-
-
-def _run_path(path, directions, flat, mask, return_sequences, bptt, counter, empty_case) -> List[DirectionResult]:
-    key = _loop_key(directions, mask is not None, return_sequences, bptt)
+    key = _loop_key(directions, mask is not None, return_sequences, call_plan.memory is Memory.KEEP)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
-    split = len(directions) > 1 and _runs_concurrently()
-    if counter is not None:
-        counter.note_path(path)
-    runner = _runner(path, key, split, directions, counter)
+    runner = _runner(call_plan, key, directions, counter)
 
     def loop():
         return runner(flat, mask if mask is not None else no_mask)
@@ -142,105 +99,65 @@ def _run_path(path, directions, flat, mask, return_sequences, bptt, counter, emp
         return _flatten_outputs(sequences, [d.initial_states for d in directions], return_sequences)
 
     # XLA cannot compile a loop body over a zero-length axis, so the empty
-    # case never reaches it (a static check eagerly, a tf.cond in graphs).
-    # Traced for LiteRT (`_no_empty_case`) there is no cond: the converter
-    # then sees the weights as constants in the loop body and multiplies
-    # with FULLY_CONNECTED instead of BATCH_MATMUL.
-    steps = directions[0].inputs.shape[1]
-    if steps is None and not empty_case:
-        flat_out = loop()
-    elif steps is None:
+    # case never reaches it (`plan._empty_case`).
+    if call_plan.empty_case is EmptyCase.BRANCH:
         flat_out = tf.cond(tf.shape(directions[0].inputs)[1] > 0, loop, no_steps)
+    elif call_plan.empty_case is EmptyCase.STATIC and directions[0].inputs.shape[1] == 0:
+        flat_out = no_steps()
     else:
-        flat_out = loop() if steps > 0 else no_steps()
+        flat_out = loop()
     return _unflatten_outputs(flat_out, directions, return_sequences)
 
 
-def _path(directions, flat, counter, bptt: bool) -> str:
-    """How the loops of this call are built (`compile_policy` explains
-    "counted" and "inference"); `counter.note_path` records it for
-    `loop_report()`."""
-    if carries_tangents(flat):
-        # TensorFlow pushes tangents through a plain loop's ops, but not
-        # through a custom gradient (it would silently report no tangent).
-        return "forward-mode"
-    if not _CustomGradient.enabled:
-        return "forward-only"
-    if not _XLA.enabled:
-        return "plain"
-    if _in_xla():
-        return "inside-xla"
-    eager = tf.executing_eagerly()
-    if not eager and may_differentiate_twice(flat):
-        return "higher-order"
-    # A SavedModel cannot hold the layer's counts: exports trace fixed loops.
-    # Static shapes are counted too: `model.fit` traces its first batch's
-    # shape, which may never come again, before relaxing it.
-    if counter is None or in_save_context():
-        return "compiled"
-    static_length = directions[0].inputs.shape[1] is not None
-    if not eager and not bptt and not compile_policy.counts_inference(static_length):
-        return "inference"
-    return "counted"
+def _runner(call_plan: LoopPlan, key: LoopKey, directions, counter) -> Callable:
+    """The function `runner(flat, mask)` running the loops as planned; an
+    eager counted call's form is chosen here, by the layer's count."""
+    if call_plan.counted and call_plan.runner is Runner.DIFFERENTIABLE:  # eager: the count decides now
+        compiled = bool(counter.decide(*tf.shape(directions[0].inputs)[:2], key.keep, call_plan.config))
+        call_plan = counted_form(call_plan, compiled)
+    if counter is not None:
+        counter.note_plan(call_plan)
+    build = call_plan.build()
+    if call_plan.runner is Runner.PLAIN_OPS:
+        if call_plan.path is Path.FORWARD_ONLY:
+            return _serving_loop(key, build)
+        return functools.partial(_plain_loop, key, xla=build.xla_caller)
+    if call_plan.runner is Runner.COUNTED_FUNCTION:
+        decide = functools.partial(counter.decide, *tf.unstack(tf.shape(directions[0].inputs)[:2]), key.keep,
+                                   call_plan.config)
+        return functools.partial(_counted_runner(key, build), decide)
+    if call_plan.runner is Runner.COMPILED_FUNCTION:
+        return _compiled_runner(key, build)
+    return functools.partial(_differentiable_loop, key, build)
 
 
-def _runner(path: str, key: LoopKey, split: bool, directions, counter) -> Callable:
-    """The function `runner(flat, mask)` running the loops on `path`."""
-    if path == "forward-mode":
-        return functools.partial(_plain_loop, key)
-    if path == "forward-only":
-        return _serving_loop(key, split)
-    if path == "inference":
-        # Plain loops as cached functions (traced once per loop structure),
-        # with a custom gradient for a tape that asks anyway.
-        return functools.partial(_differentiable_loop, key, "function", split)
-    if path == "counted" and tf.executing_eagerly():
-        compiled = bool(counter.decide(*tf.shape(directions[0].inputs)[:2], key.keep))
-        return functools.partial(_differentiable_loop, key, "shared-xla" if compiled else "shared", split)
-    if path == "counted":
-        decide = functools.partial(counter.decide, *tf.unstack(tf.shape(directions[0].inputs)[:2]), key.keep)
-        return functools.partial(_counted_runner(key, split), decide)
-    if path == "compiled":
-        return _compiled_runner(key, split)
-    # Eagerly the custom gradient goes on the tape directly: a gradient
-    # taken through the cached tf.function after it had been traced in
-    # another graph (model.fit) failed with "TensorList crossing the
-    # XLA/TF boundary". So it does in graphs where a gradient may be
-    # differentiated again: the second-order gradient (`_bptt`) must be
-    # built in the caller's graph, which a function's gradient is not.
-    return functools.partial(_differentiable_loop, key, _XLA.enabled, split)
-
-
-@functools.lru_cache(maxsize=None)
-def _counted_runner(key: LoopKey, split: bool) -> Callable:
+def _counted_runner(key: LoopKey, build: Build) -> Callable:
     """`_compiled_runner` choosing at run time, per call, between the
     XLA-compiled loops and the plain ones: `decide()` (the layer's count,
     built in the caller's graph, where the layer's table is) says which."""
-    runner = tf.function(
-        lambda flat, mask, use_compiled: _differentiable_loop(key, None, split, flat, mask, use_compiled),
-        reduce_retracing=True,
-        autograph=False,
-    )
+
+    def make():
+        return tf.function(
+            lambda flat, mask, use_compiled: _differentiable_loop(key, build, flat, mask, use_compiled),
+            reduce_retracing=True,
+            autograph=False,
+        )
+
+    runner = LOOPS.get(("counted-runner", key, build), make, build.cache_size)
     return lambda decide, flat, mask: runner(flat, mask, decide())
 
 
-@functools.lru_cache(maxsize=None)
-def _compiled_runner(key: LoopKey, split: bool) -> Callable:
+def _compiled_runner(key: LoopKey, build: Build) -> Callable:
     # A plain tf.function holding the custom gradient, around XLA-compiled
     # loops: TensorFlow differentiates this function, never an XLA one.
-    runner = functools.partial(_differentiable_loop, key, True, split)
-    return tf.function(runner, reduce_retracing=True, autograph=False)
+    def make():
+        return tf.function(functools.partial(_differentiable_loop, key, build), reduce_retracing=True,
+                           autograph=False)
+
+    return LOOPS.get(("compiled-runner", key, build), make, build.cache_size)
 
 
-def _clear_loop_caches() -> None:
-    """Drops every cached loop and runner, so that loops are built afresh
-    under changed limits (tests, `benchmarks/bench_loop_forms.py`)."""
-    _clear_caches()
-    _counted_runner.cache_clear()
-    _compiled_runner.cache_clear()
-
-
-def _differentiable_loop(key: LoopKey, xla, split: bool, flat, mask, use_compiled=None):
+def _differentiable_loop(key: LoopKey, build: Build, flat, mask, use_compiled=None):
     """The loops under `tf.custom_gradient`, from outside: TensorFlow never
     differentiates a loop, nor an XLA-compiled function (which it cannot do
     when the gradient needs the loop's TensorLists), it only calls them.
@@ -253,9 +170,9 @@ def _differentiable_loop(key: LoopKey, xla, split: bool, flat, mask, use_compile
     bool tensor), every loop is a `tf.cond` between its XLA-compiled and
     plain forms."""
     if use_compiled is None:
-        forward, recompute, backward = _loop_functions(key, xla, split)
+        forward, recompute, backward = _loop_functions(key, build)
     else:
-        forward, recompute, backward = _chosen_loop_functions(key, split, use_compiled)
+        forward, recompute, backward = _chosen_loop_functions(key, build, use_compiled)
     constant = _state_mask_positions(key.specs)
 
     @tf.custom_gradient
@@ -272,7 +189,7 @@ def _differentiable_loop(key: LoopKey, xla, split: bool, flat, mask, use_compile
 
         def grad(*d_flat_out):
             d_flat_out = [tf.zeros_like(o) if g is None else g for g, o in zip(d_flat_out, flat_out)]
-            grads = iter(_bptt(key, fast_gradients, list(originals), mask, d_flat_out, constant))
+            grads = iter(_bptt(key, fast_gradients, list(originals), mask, d_flat_out, constant, build.xla_caller))
             return [None if k in constant else next(grads) for k in range(len(originals))]
 
         return flat_out, grad

@@ -16,7 +16,6 @@ import tensorflow as tf
 from keras_birnn.cells.step_math import column_sum
 from keras_birnn.recurrence.layout import Direction, LoopKey, _swap_batch_and_time
 from keras_birnn.recurrence.loops import _plain_loop
-from keras_birnn.recurrence.switches import _in_xla
 from keras_birnn.recurrence.timeloop import _padded_to_all, _span, _visited
 
 
@@ -28,7 +27,8 @@ def _accumulation_dtype(dtype) -> tf.DType:
     return dtype if dtype.size >= 4 else tf.float32
 
 
-def _bptt(key: LoopKey, fast_gradients: Callable, flat: list, mask: tf.Tensor, d_flat_out: list, constant: set) -> list:
+def _bptt(key: LoopKey, fast_gradients: Callable, flat: list, mask: tf.Tensor, d_flat_out: list, constant: set,
+          xla_caller: bool) -> list:
     """The gradients of the non-constant inputs, by the fast hand-written
     BPTT; differentiating them again (a gradient penalty, a persistent tape
     asked twice) goes through `_autodiff_gradients` instead, which
@@ -43,7 +43,7 @@ def _bptt(key: LoopKey, fast_gradients: Callable, flat: list, mask: tf.Tensor, d
         def second_order(*upstream):
             with tf.GradientTape() as tape:
                 slots = _distinct(flat_and_d_out, tape)
-                first = _autodiff_gradients(key, slots[:n], mask, slots[n:], constant)
+                first = _autodiff_gradients(key, slots[:n], mask, slots[n:], constant, xla_caller)
             upstream = [tf.zeros_like(f) if u is None else u for u, f in zip(upstream, first)]
             return tape.gradient(first, slots, output_gradients=upstream)
 
@@ -52,12 +52,13 @@ def _bptt(key: LoopKey, fast_gradients: Callable, flat: list, mask: tf.Tensor, d
     return bptt(*flat, *d_flat_out)
 
 
-def _autodiff_gradients(key: LoopKey, flat: list, mask: tf.Tensor, d_flat_out: list, constant: set) -> list:
+def _autodiff_gradients(key: LoopKey, flat: list, mask: tf.Tensor, d_flat_out: list, constant: set,
+                        xla_caller: bool) -> list:
     """What the BPTT computes, by autodiff through the forward loop run as
     plain TensorFlow (slower; used only to differentiate gradients)."""
     with tf.GradientTape() as tape:
         flat = _distinct(flat, tape)
-        flat_out = _plain_loop(key, flat, mask)
+        flat_out = _plain_loop(key, flat, mask, xla=xla_caller)
     variables = [t for k, t in enumerate(flat) if k not in constant]
     return tape.gradient(
         flat_out, variables, output_gradients=d_flat_out, unconnected_gradients=tf.UnconnectedGradients.ZERO
@@ -73,7 +74,8 @@ def _distinct(tensors: Sequence[tf.Tensor], tape: tf.GradientTape) -> list:
     return copies
 
 
-def _bulk_gradients(directions: Sequence[Direction], memory, records, d_initial, mask) -> List[tf.Tensor]:
+def _bulk_gradients(directions: Sequence[Direction], memory, records, d_initial, mask,
+                    xla_caller: bool) -> List[tf.Tensor]:
     """After the BPTT loop: every gradient that is a sum over time, as one
     large matmul over all the steps the loops visited (`_span`; the others'
     records are zeros, and their inputs' gradients are zeros), laid out as
@@ -81,7 +83,7 @@ def _bulk_gradients(directions: Sequence[Direction], memory, records, d_initial,
     steps = tf.shape(directions[0].inputs)[1]
     # Inside an XLA-compiled caller a slice's size must be a constant: there
     # the sums run over every step, the skipped ones adding zeros.
-    span = _span(None if _in_xla() else mask, steps)
+    span = _span(None if xla_caller else mask, steps)
     grads = []
     for d, kept, record, d_init in zip(directions, memory, records, d_initial):
         inputs_tm = _visited(_swap_batch_and_time(d.inputs), span)

@@ -15,27 +15,27 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, U
 import tensorflow as tf
 
 from keras_birnn.cells.step_math import StepMath
-from keras_birnn.recurrence.switches import _bit_transposes
 
 # The float types whose `Transpose` TensorFlow's CPU build hands to oneDNN,
 # and how many of their elements fill one float64 (`_swap_batch_and_time`).
 _PER_FLOAT64 = {tf.float32: 2, tf.bfloat16: 4}
 
 
-def _swap_batch_and_time(x: tf.Tensor) -> tf.Tensor:
+def _swap_batch_and_time(x: tf.Tensor, bitcast: bool = True) -> tf.Tensor:
     """`[A, B, width]` -> `[B, A, width]`, as `tf.transpose(x, [1, 0, 2])`.
 
-    Where TensorFlow does not differentiate it (`switches._bit_transposes`),
-    a float32 or bfloat16 tensor whose width holds a whole number of
-    float64s is moved as float64s. On CPU, TensorFlow rewrites every float32
-    and bfloat16 `Transpose` to oneDNN's, which for the small tensors of a
-    loop's call took 12-18 us where Eigen's took 3-7 us (benchmarks/README.md,
-    "The plain-loop floor"). oneDNN takes no float64, and TensorFlow logs
+    With `bitcast` (wherever TensorFlow does not differentiate it: not in
+    `loops._plain_loop`; a bitcast has no gradient), a float32 or bfloat16
+    tensor whose width holds a whole number of float64s is moved as
+    float64s. On CPU, TensorFlow rewrites every float32 and bfloat16
+    `Transpose` to oneDNN's, which for the small tensors of a loop's call
+    is several times slower than Eigen's (benchmarks/README.md, "The
+    plain-loop floor"). oneDNN takes no float64, and TensorFlow logs
     nothing about it; it logs an error line for every integer type ("oneDNN
     supports DT_INT32 only on platforms with AVX-512"). Exact: the reshapes
     and bitcasts copy nothing and change no bit."""
     group, width = _PER_FLOAT64.get(x.dtype), x.shape[-1]
-    if group is None or width is None or width % group or not _bit_transposes():
+    if group is None or width is None or width % group or not bitcast:
         return tf.transpose(x, [1, 0, 2])
     grouped = tf.reshape(x, tf.concat([tf.shape(x)[:-1], [width // group, group]], 0))
     moved = tf.transpose(tf.bitcast(grouped, tf.float64), [1, 0, 2])
@@ -262,6 +262,6 @@ def _split_output_grads(directions: Sequence[Direction], return_sequences: bool,
 def _with_static_shape(tensor: tf.Tensor, shape) -> tf.Tensor:
     """`tensor` with what is statically known of its shape merged in (no op:
     `tf.ensure_shape` has no forward-mode derivative in graphs)."""
-    if not tf.executing_eagerly():  # an eager tensor knows its whole shape
+    if tf.is_symbolic_tensor(tensor):  # an eager tensor knows its whole shape
         tensor.set_shape(shape)
     return tensor

@@ -29,7 +29,6 @@ from keras_birnn.recurrence.layout import (
     _swap_batch_and_time,
     _unflatten,
 )
-from keras_birnn.recurrence.switches import _autodiff_loops, _in_xla
 from keras_birnn.recurrence.timeloop import (
     Reads,
     _Span,
@@ -52,42 +51,48 @@ def _plain_loop(
     mask: tf.Tensor,
     split: bool = False,
     lowered: Callable[[Sequence[DirectionSpec]], Optional[bool]] = lambda specs: None,
+    xla: bool = False,
 ) -> list:
     """The forward loops as plain TensorFlow ops, without custom gradient or
     XLA: for forward-mode derivatives, which TensorFlow takes op by op, and
     every other graph TensorFlow differentiates itself (second order,
     exported serving graphs, which `compiled._serving_loop` lays out),
-    hence with differentiable transposes (`_autodiff_loops`). With `split`,
-    a loop per direction, else one for all; `lowered(specs)` gives each
-    loop's form (`_time_loop`; None: TensorFlow's own choice)."""
+    hence with differentiable transposes (no bitcast,
+    `layout._swap_batch_and_time`). With `split`, a loop per direction,
+    else one for all; `lowered(specs)` gives each loop's form
+    (`_time_loop`; None: TensorFlow's own choice); `xla`: the caller is
+    compiled by XLA."""
     directions = _unflatten(list(flat), key.specs)
     groups = [[k] for k in range(len(directions))] if split else [list(range(len(directions)))]
     sequences, final_states = [], []
-    with _autodiff_loops():
-        for group in groups:
-            parts, finals, _ = _forward_loop(
-                [directions[k] for k in group], mask if key.has_mask else None, key.return_sequences, False,
-                lowered=lowered([key.specs[k] for k in group]),
-            )
-            sequences.extend(parts)
-            final_states.extend(finals)
+    for group in groups:
+        parts, finals, _ = _forward_loop(
+            [directions[k] for k in group], mask if key.has_mask else None, key.return_sequences, False,
+            xla_reads=xla, lowered=lowered([key.specs[k] for k in group]), xla=xla, bitcast=False,
+        )
+        sequences.extend(parts)
+        final_states.extend(finals)
     return _flatten_outputs(sequences, final_states, key.return_sequences)
 
 
-def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False, xla_reads=False, lowered=None):
+def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False, xla_reads=False, lowered=None,
+                  xla=False, bitcast=True):
     """The loop itself. With `keep_for_bptt`, also returns per direction the
     time-major stacks of what the step maths saved and of the incoming states
     (what the backward step needs; the projected inputs are not kept).
     Slices are read in the step with `read_in_step` (the small-step
-    inference loop) and, inside XLA, when keeping for BPTT (`_time_loop`,
-    which also takes `lowered`)."""
-    inputs_tm = [_swap_batch_and_time(d.inputs) for d in directions]
+    inference loop) and, with `xla_reads` (XLA's loops and functional
+    ones), when keeping for BPTT (`_time_loop`, which also takes
+    `lowered`). `xla`: the loop is compiled by XLA (`timeloop._at`);
+    `bitcast`: batch and time may be swapped as float64s (not where
+    TensorFlow differentiates the loop)."""
+    inputs_tm = [_swap_batch_and_time(d.inputs, bitcast) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = _step_masks(mask, directions)
     directions, span = _visiting(directions, _span(mask, steps))
-    in_xla = xla_reads or _in_xla()
+    in_xla = xla_reads
     in_step = read_in_step or (keep_for_bptt and in_xla)
-    read = _forward_reads(directions, inputs_tm, mask_tm, span, in_step)
+    read = _forward_reads(directions, inputs_tm, mask_tm, span, in_step, xla)
     body = _forward_body(directions, mask_tm is not None, span)
 
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
@@ -98,7 +103,7 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     if outputs:
         masks = mask_tm or [None] * len(directions)
         sequences = [
-            _swap_batch_and_time(_in_time_order(o.stack(), d, span, steps, m))
+            _swap_batch_and_time(_in_time_order(o.stack(), d, span, steps, m), bitcast)
             for o, d, m in zip(outputs, directions, masks)
         ]
     memory = [[a.stack() for a in arrays] for arrays in kept]
@@ -123,16 +128,16 @@ def _step_masks(mask: Optional[tf.Tensor], directions) -> Optional[List[tf.Tenso
     return [by_width[d.recurrent_kernel.shape[0]] for d in directions]
 
 
-def _forward_reads(directions, inputs_tm, mask_tm, span: _Span, in_step: bool) -> Callable[..., Reads]:
+def _forward_reads(directions, inputs_tm, mask_tm, span: _Span, in_step: bool, xla: bool) -> Callable[..., Reads]:
     """`read(i)` for `_time_loop`: per direction its input, then the mask."""
 
     def read(i):
         current = []
         for k, d in enumerate(directions):
             t = _time_index(d, i, span)
-            current.append((_at(inputs_tm[k], t, span), in_step))
+            current.append((_at(inputs_tm[k], t, span, xla), in_step))
             if mask_tm is not None:
-                current.append((_at(mask_tm[k], t, span), in_step))
+                current.append((_at(mask_tm[k], t, span, xla), in_step))
         return current
 
     return read
@@ -178,7 +183,7 @@ def _memory_arrays(d: Direction, steps) -> List[tf.TensorArray]:
     return [saved] + [_array(s, steps) for s in d.initial_states]
 
 
-def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False, lowered=None):
+def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False, lowered=None, xla=False):
     """Each direction walks back over its own time order; returns per
     direction the time-major stack of the cell's per-step records (from
     which the bulk gradients are summed) and the initial states' gradients."""
@@ -191,8 +196,8 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     # matmul made training steps slower (benchmarks/README.md).
     transposed_kernels = [tf.transpose(d.recurrent_kernel) for d in directions]
 
-    in_xla = xla_reads or _in_xla()
-    read = _backward_reads(directions, memory, d_seq_tm, mask_tm, span, in_xla)
+    in_xla = xla_reads
+    read = _backward_reads(directions, memory, d_seq_tm, mask_tm, span, in_xla, xla)
     body = _backward_body(directions, memory, d_seq_tm, mask_tm is not None, span, transposed_kernels)
     records = [_record_array(d, steps) for d in directions]
     initial = ([final for _, final in output_grads], records)
@@ -200,7 +205,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     return [a.stack() for a in records], d_states
 
 
-def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: bool) -> Callable[..., Reads]:
+def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: bool, xla: bool) -> Callable[..., Reads]:
     """`read(i)` for `_time_loop`: per direction its kept memory, output
     gradient and mask, in the step inside XLA except memory the cell wants
     materialised (`StepMath.materialize_saved`)."""
@@ -210,12 +215,12 @@ def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: 
         for k, d in enumerate(directions):
             t = _time_index(d, i, span)
             saved, *incoming = memory[k]
-            current.append((_at(saved, t, span), in_xla and not d.math.materialize_saved))
-            current.extend((_at(m, t, span), in_xla) for m in incoming)
+            current.append((_at(saved, t, span, xla), in_xla and not d.math.materialize_saved))
+            current.extend((_at(m, t, span, xla), in_xla) for m in incoming)
             if d_seq_tm[k] is not None:
-                current.append((_at(d_seq_tm[k], t, span), in_xla))
+                current.append((_at(d_seq_tm[k], t, span, xla), in_xla))
             if mask_tm is not None:
-                current.append((_at(mask_tm[k], t, span), in_xla))
+                current.append((_at(mask_tm[k], t, span, xla), in_xla))
         return current
 
     return read

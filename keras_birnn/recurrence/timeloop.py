@@ -14,7 +14,6 @@ import tensorflow as tf
 
 from keras_birnn._tf_internal import set_while_lowering
 from keras_birnn.recurrence.layout import Direction, _with_static_shape
-from keras_birnn.recurrence.switches import _in_xla
 
 
 class _Span(NamedTuple):
@@ -106,7 +105,7 @@ def _time_index(direction: Direction, i, span: _Span):
     return visit.base - i if visit.descending else _plus(visit.base, i)
 
 
-def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
+def _at(sequence_tm: tf.Tensor, t, span: _Span, xla: bool) -> tf.Tensor:
     """Position `t` of a time-major sequence: a gather, one op where a
     strided slice at a tensor position takes four (its bounds packed), except
     in a loop XLA compiles that visits every position at fixed positions.
@@ -114,7 +113,7 @@ def _at(sequence_tm: tf.Tensor, t, span: _Span) -> tf.Tensor:
     (`_visiting`), XLA needs the gather too: it would take the strided
     slice's start as needing a constant, turn the mask (or the order) into
     one and compile the loop again for every new mask."""
-    if _visits_all(span) and _in_xla():
+    if _visits_all(span) and xla:
         return sequence_tm[t]
     return tf.gather(sequence_tm, t)
 
@@ -197,7 +196,7 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
     to have materialised (`StepMath.materialize_saved`: kernels fused with that
     slice were not vectorised). So do one-direction inference loops with
     small steps, which then have few enough kernels for XLA to run them in
-    order on one thread (`_INLINE_STEP_LIMIT`). Other inference loops read
+    order on one thread (`LoopConfig.inline_step_limit`). Other inference loops read
     ahead (in the step they were slower at large shapes), and so do loops
     not compiled by XLA.
 
@@ -239,6 +238,6 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
 
     start = (tf.constant(0), ahead(first), state)
     last, _, state = tf.while_loop(cond, loop_body, start, maximum_iterations=steps if bounded else None)
-    if lowered is not None and not tf.executing_eagerly():
+    if lowered is not None and tf.is_symbolic_tensor(last):  # an eager loop is no op
         set_while_lowering(last, lowered)
     return state
