@@ -11,12 +11,13 @@ other rows only (`valid_rows`), and the results are put back in place
 XLA compiles one program per input shape. A graph traced with an unknown
 time size (`model.fit` on a `tf.data` pipeline of padded batches, each as
 long as its longest row) meets a new length at almost every batch, and each
-costs a compilation: a tagger-shaped model's first epoch took several
-times Keras's (benchmarks/README.md, "Variable lengths"). So such loops run on inputs
+costs a compilation: a tagger-shaped model's first epoch spent most of its
+time compiling (benchmarks/README.md, "Variable lengths"). So such loops run on inputs
 padded at the end to the next bucket length, with the padded steps masked,
 and their outputs are cut back to the real length. A zero-length sequence
 is padded to the shortest bucket, so the loops always have a step and need
-no `tf.cond` for the empty case (its gradient doubled a training graph).
+no `tf.cond` for the empty case (its gradient holds the loops again, in a
+second `tf.cond`; benchmarks/README.md, "The first step").
 
 This is exact, not an approximation: a masked step carries the state and
 its gradient through unchanged, so padding at the end changes neither the
@@ -88,7 +89,7 @@ def crop_time(results: Sequence, steps: tf.Tensor) -> list:
     """Cuts the per-step outputs back to the real number of steps.
 
     `tf.slice`, not `outputs[:, :steps]`: the strided slice's gradient is a
-    general scatter, several times slower than `tf.slice`'s, a pad
+    general scatter, slower than `tf.slice`'s, a pad
     (benchmarks/README.md, "Design measurements")."""
     return [r if r.outputs is None else r._replace(outputs=_first_steps(r.outputs, steps)) for r in results]
 

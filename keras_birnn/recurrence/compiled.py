@@ -197,8 +197,8 @@ def _shared_leaf(key: tuple, fn: Callable, cache_size: int) -> Callable:
     each loop twice. (A small layer's plain form also has functional
     loops, `_loop`, each one more leaf.) Not inlined: TensorFlow
     instantiates and optimises a leaf once for all its calls, where
-    inlined copies made a tagger's training graph more than twice as
-    large and its first step longer (benchmarks/README.md, "The first
+    inlined copies are each optimised again, which grew a tagger's
+    training graph and its first step (benchmarks/README.md, "The first
     step")."""
     return LOOPS.get(("leaf",) + key, lambda: tf.function(
         fn, reduce_retracing=True, autograph=False, experimental_attributes=_NOT_INLINED), cache_size)
@@ -266,9 +266,9 @@ def _split_loops(key: LoopKey, build: Build) -> LoopFunctions:
     Loops built as functions (any form but INLINE) take their direction's
     order as a tensor (`layout._with_order`), so the directions of a
     bidirectional layer with one cell structure call the same functions:
-    each traced once, and XLA compiles one program per shape for both, in
-    half the time (benchmarks/README.md, "What a compilation costs and
-    saves")."""
+    each traced once, and XLA compiles one program per shape for both
+    directions rather than one per direction (benchmarks/README.md, "What a
+    compilation costs and saves")."""
     runtime_order = build.form is not Form.INLINE
     part_specs = [_in_runtime_order(spec) if runtime_order else spec for spec in key.specs]
     one_loop = build._replace(split=False)

@@ -29,7 +29,7 @@ def _swap_batch_and_time(x: tf.Tensor, bitcast: bool = True) -> tf.Tensor:
     tensor whose width holds a whole number of float64s is moved as
     float64s. On CPU, TensorFlow rewrites every float32 and bfloat16
     `Transpose` to oneDNN's, which for the small tensors of a loop's call
-    is several times slower than Eigen's (benchmarks/README.md, "The
+    is slower than Eigen's (benchmarks/README.md, "The
     plain-loop floor"). oneDNN takes no float64, and TensorFlow logs
     nothing about it; it logs an error line for every integer type ("oneDNN
     supports DT_INT32 only on platforms with AVX-512"). Exact: the reshapes

@@ -4,7 +4,7 @@ directions advancing in the same iteration.
 Each step projects its own input (`x_t W + b`) inside the loop rather than
 projecting the whole sequence up front: with the per-step reads of
 `_time_loop`, hoisting the projection was no faster under XLA, and slower
-without them (benchmarks/README.md).
+without them (benchmarks/README.md, "Design measurements").
 
 The forward loop can keep, per step, the incoming states and what the
 cell's step maths save (the gates' activations or pre-activations, as each
@@ -114,7 +114,8 @@ def _step_masks(mask: Optional[tf.Tensor], directions) -> Optional[List[tf.Tenso
     """Per direction, the mask time-major and as wide as its states
     `[T, B, units]` (None without a mask). Broadcast once before the loop:
     TensorFlow's select with a `[B, 1]` condition takes its broadcasting
-    path at every step, several times slower than one of equal shapes."""
+    path at every step, slower than a select of equal shapes
+    (benchmarks/README.md, "Design measurements")."""
     if mask is None:
         return None
     mask_tm = tf.expand_dims(tf.transpose(mask), -1)
@@ -193,7 +194,7 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else _swap_batch_and_time(g) for g, _ in output_grads]
     # Transposed once, before the loop: a transpose inside the step's
-    # matmul made training steps slower (benchmarks/README.md).
+    # matmul made training steps slower (benchmarks/README.md, "Design measurements").
     transposed_kernels = [tf.transpose(d.recurrent_kernel) for d in directions]
 
     in_xla = xla_reads

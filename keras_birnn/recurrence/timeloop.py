@@ -191,7 +191,7 @@ def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable,
     In the step, XLA fuses each slice into the kernels that use it, and
     the loop carries nothing extra; read ahead, XLA materialises each slice
     with a copy and copies it again as a loop-carried value. Which is faster
-    depends on the loop (benchmarks/README.md has the measurements): training
+    depends on the loop (benchmarks/README.md, "Design measurements"): training
     loops compiled by XLA slice in the step, except kept memory a cell asks
     to have materialised (`StepMath.materialize_saved`: kernels fused with that
     slice were not vectorised). So do one-direction inference loops with

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The one command for the lent GPU machine (issue 43): bench_backends.py on
+# the torch backend, then on the jax backend, ending within 8 minutes.
+#
+# That machine has python3 with torch, jax, flax, numpy, rich, h5py,
+# ml-dtypes, absl-py and packaging, but no Keras, no TensorFlow and no
+# network: keras, namex and optree travel as wheels in .whl/ (git-ignored
+# through .git/info/exclude; carried by the device tool's `carry`), fetched
+# here with
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree
+#
+# Run from anywhere: bash benchmarks/gpu_run.sh. Logs and JSON go to $OUT
+# (the device tool's folder; /tmp/bench_backends_out otherwise).
+# BENCH_ARGS adds flags to both runs (e.g. BENCH_ARGS=--quick for a CPU try).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/bench_backends_out}"
+mkdir -p "$OUT"
+start=$SECONDS
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .whl/*.whl && export PYTHONPATH=/tmp/site \
+  || { echo "gpu_run: installing .whl/*.whl failed" | tee "$OUT/install.log"; exit 1; }
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true; } > "$OUT/nvidia-smi.txt"
+
+# Seconds: `timeout` kills a run (10 s after TERM, KILL); --time-budget makes
+# the script skip its remaining cases earlier, so that its summary and JSON
+# are written. 240 + 200 + 2 x 10 + the install stay under 480.
+for spec in torch:240:170 jax:200:130; do
+  IFS=: read -r backend limit budget <<< "$spec"
+  log="$OUT/bench_backends_$backend.log"
+  KERAS_BACKEND=$backend PYTHONUNBUFFERED=1 timeout -k 10 "$limit" \
+    python3 benchmarks/bench_backends.py --max-seconds 6 --time-budget "$budget" \
+    --json "$OUT/bench_backends_$backend.json" ${BENCH_ARGS:-} 2>&1 | tee "$log"
+  echo "gpu_run: $backend exited ${PIPESTATUS[0]} at $((SECONDS - start)) s" | tee -a "$log"
+done
+echo "gpu_run: done in $((SECONDS - start)) s"
