@@ -6,6 +6,7 @@ Keras upgrade that moves an internal breaks here, in one file, and
 the public API does not suffice.
 """
 
+import sys
 from typing import Any, List, Sequence, Set
 
 import tensorflow as tf
@@ -30,6 +31,23 @@ def in_save_context() -> bool:
     """Whether functions are being traced for a SavedModel. `tf.saved_model`
     exposes no such predicate; the save machinery sets this context."""
     return save_context.in_save_context()
+
+
+def in_legacy_keras_saving_trace() -> bool:
+    """Whether TensorFlow's legacy Keras (`tensorflow.python.keras`, still
+    shipped inside TensorFlow) is tracing a model to save or convert it:
+    converters such as `tf2onnx.convert.from_keras` trace through its
+    `saving_utils.trace_model_call`, which enters its call context with
+    `saving=True`. No public API tells such a trace from a `predict`; only
+    that context does. Read without importing the legacy package: if no
+    one imported it, no such trace is under way."""
+    legacy = sys.modules.get("tensorflow.python.keras.engine.base_layer_utils")
+    if legacy is None:
+        return False
+    try:
+        return bool(legacy.call_context().saving)
+    except Exception:  # noqa: BLE001 - a moved internal: take it as no such trace
+        return False
 
 
 def tape_may_record() -> bool:

@@ -55,6 +55,31 @@ def _loops(graph) -> int:
     return count
 
 
+@pytest.mark.parametrize("head", ["tagger", "sentence"])
+def test_plain_from_keras_is_exact(head):
+    """The route tf2onnx documents first, `tf2onnx.convert.from_keras` with
+    no context of ours, on a model whose layers ran in this process before
+    (their inference loops traced and cached): the converter's trace is
+    planned as an export's (`recurrence.plan`), and onnxruntime serves
+    Keras's numbers, right-padded rows of several lengths, batch 1 and an
+    unseen length included."""
+    inputs = keras.Input((None, F))
+    masked = keras.layers.Masking(0.0)(inputs)
+    bi = kb.Bidirectional(kb.GRUCell(U), return_sequences=head == "tagger")
+    model = keras.Model(inputs, keras.layers.Dense(3)(bi(masked)))
+    randomize(model, seed=7)
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(4, 11, F)).astype(np.float32)
+    x[np.arange(11)[None, :] >= np.array([11, 7, 3, 1])[:, None]] = 0.0
+    model.predict(x, verbose=0)  # the in-process inference loops come first
+    spec = [tf.TensorSpec([None, None, F], tf.float32, name="x")]
+    proto, _ = tf2onnx.convert.from_keras(model, input_signature=spec, opset=17)
+    session = ort.InferenceSession(proto.SerializeToString())
+    for batch in (x, x[:1, :6], rng.normal(size=(2, 23, F)).astype(np.float32)):
+        served = session.run(None, {session.get_inputs()[0].name: batch})[0]
+        np.testing.assert_allclose(served, model(batch).numpy(), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("fused", [False, True], ids=["loop_per_direction", "fused_directions"])
 def test_onnx_matches_keras_on_both_signatures(tmp_path, fused):
     """Exported as TF Serving gets it (a loop per direction) and under

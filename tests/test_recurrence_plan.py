@@ -64,6 +64,15 @@ def _litert_trace(case):
         return _traced(case)
 
 
+def _converter_trace(case):
+    """As `tf2onnx.convert.from_keras` traces a model: inside TensorFlow's
+    legacy Keras call context, saving."""
+    from tensorflow.python.keras.engine import base_layer_utils  # what tf2onnx imports to trace
+
+    with base_layer_utils.call_context().enter(case.layer, None, build_graph=True, training=False, saving=True):
+        return _traced(case)
+
+
 def _in(context, run):
     def scenario(case):
         with context():
@@ -96,6 +105,8 @@ SCENARIOS = {
                      ["plain inline differentiable eager all none static one-loop keep"]),
     "export": (_in(kb.for_export, _traced), True,
                ["forward-only ops plain-ops graph all none branch per-direction none"]),
+    "converter's trace": (_converter_trace, True,
+                          ["forward-only ops plain-ops graph all none branch per-direction none"]),
     "LiteRT": (_litert_trace, False, ["forward-only ops plain-ops graph all none none one-loop none"]),
     "counted shape, before and after its compilation": (
         _in(lambda: kb.compilation(compile_after=2), lambda c: [_eager(c) for _ in range(3)][-1]), True,

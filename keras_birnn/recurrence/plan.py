@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from keras_birnn._tf_internal import (
     carries_tangents,
+    in_legacy_keras_saving_trace,
     in_save_context,
     in_xla_context,
     may_differentiate_twice,
@@ -32,7 +33,7 @@ class Path(enum.Enum):
     """Why the loops are built the way they are (`loop_report()`'s label)."""
 
     FORWARD_MODE = "forward-mode"  # a ForwardAccumulator watches: plain ops, autodiff's tangents
-    FORWARD_ONLY = "forward-only"  # `kb.for_export()`: plain forward loops for serving graphs
+    FORWARD_ONLY = "forward-only"  # `kb.for_export()` or a converter's trace: plain forward loops
     PLAIN = "plain"  # `kb.xla_disabled()`: plain loops under the custom gradient
     INSIDE_XLA = "inside-xla"  # part of an XLA-compiled caller
     HIGHER_ORDER = "higher-order"  # a tape may differentiate the gradient again
@@ -212,7 +213,11 @@ def _path(config: LoopConfig, caller: Caller, flat, bptt: bool, counted: bool, s
         # TensorFlow pushes tangents through a plain loop's ops, but not
         # through a custom gradient (it would silently report no tangent).
         return Path.FORWARD_MODE
-    if not config.custom_gradient:
+    if not config.custom_gradient or in_legacy_keras_saving_trace():
+        # A converter tracing the model (tf2onnx's `from_keras`) gets what
+        # `kb.for_export()` gives: the in-process inference loops hold ops
+        # no converter reads (a bitcast transpose, a loop order given as a
+        # tensor with outputs written at their positions).
         return Path.FORWARD_ONLY
     if not config.xla:
         return Path.PLAIN
