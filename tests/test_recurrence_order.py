@@ -1,5 +1,5 @@
-"""A direction's order told at run time (`layout.RUNTIME_ORDER`, a bool
-tensor in `Direction.reverse`), which lets the two directions of a
+"""A direction's order told at run time (`DirectionSpec.runtime_order`: a
+bool tensor beside the direction, `layout._orders`), which lets the two directions of a
 bidirectional layer share one traced loop and one XLA program per shape:
 its loops give bit for bit what the same loops with the order fixed when
 traced give (forward outputs, final states, kept memory, BPTT records and
@@ -37,20 +37,24 @@ def _cell_parts(cell_name: str):
     return cell, kernel, recurrent_kernel, bias
 
 
-def _loops_of(cell_name: str, order: str, has_mask: bool, return_sequences: bool = True):
+def _loops_of(cell_name: str, order: str, has_mask: bool, return_sequences: bool = True, xla: bool = False):
     """The forward and BPTT loops of one direction, its order "static"
     (a Python bool) or "runtime" (a bool tensor), as a function of the
-    inputs, the mask, the output gradient and the order."""
+    inputs, the mask, the output gradient and the order; `xla`: built as
+    the loops XLA compiles are."""
     cell, kernel, recurrent_kernel, bias = _cell_parts(cell_name)
 
     def run(x, mask, d_seq, reverse):
         states = [tf.zeros([tf.shape(x)[0], U])] * cell.state_count
         d = Direction(cell.step_math(), x, kernel, cell.input_bias(bias), recurrent_kernel, cell.recurrent_bias(bias),
-                      states, reverse=reverse if order == "static" else tf.constant(reverse))
+                      states, reverse=reverse if order == "static" else False)
+        orders = None if order == "static" else [tf.constant(reverse)]
         mask = mask if has_mask else None
-        sequences, finals, memory = _forward_loop([d], mask, return_sequences, True)
+        sequences, finals, memory = _forward_loop([d], mask, return_sequences, True, xla_reads=xla, xla=xla,
+                                                  orders=orders)
         d_flat_out = [d_seq] * return_sequences + [tf.ones_like(s) for s in finals[0]]
-        records, d_states = _backward_loop([d], mask, return_sequences, memory, d_flat_out)
+        records, d_states = _backward_loop([d], mask, return_sequences, memory, d_flat_out, xla_reads=xla, xla=xla,
+                                           orders=orders)
         return [s for s in sequences if s is not None], finals, memory, records, d_states
 
     return run
@@ -69,7 +73,7 @@ def test_runtime_order_is_the_static_order_bit_for_bit(cell_name, mask_name, jit
     for reverse in (False, True):
         results = {}
         for order in ("static", "runtime"):
-            loops = _loops_of(cell_name, order, mask is not None, return_sequences)
+            loops = _loops_of(cell_name, order, mask is not None, return_sequences, xla=jit_compile)
             fn = tf.function(lambda x, m, g: loops(x, m, g, reverse), input_signature=SPEC, jit_compile=jit_compile,
                              autograph=False)
             results[order] = [np.asarray(t) for t in tf.nest.flatten(fn(*feed))]
@@ -92,10 +96,11 @@ def test_xla_compiles_one_program_for_both_orders(mask_name):
     def loops(x, mask, d_seq, reverse):
         states = [tf.zeros([tf.shape(x)[0], U])]
         d = Direction(cell.step_math(), x, kernel, cell.input_bias(bias), recurrent_kernel, cell.recurrent_bias(bias),
-                      states, reverse=reverse)
+                      states)
         m = mask if has_mask else None
-        sequences, finals, memory = _forward_loop([d], m, True, True)
-        records, d_states = _backward_loop([d], m, True, memory, [d_seq] + finals[0])
+        sequences, finals, memory = _forward_loop([d], m, True, True, xla_reads=True, xla=True, orders=[reverse])
+        records, d_states = _backward_loop([d], m, True, memory, [d_seq] + finals[0], xla_reads=True, xla=True,
+                                           orders=[reverse])
         return sequences, records, d_states
 
     rng = np.random.default_rng(5)

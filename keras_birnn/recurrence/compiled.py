@@ -21,6 +21,7 @@ from keras_birnn.recurrence.layout import (
     _in_runtime_order,
     _input_splitter,
     _memory_splitter,
+    _orders,
     _output_splitter,
     _unflatten,
     _with_order,
@@ -135,7 +136,7 @@ def _forward_fn(
         directions = _unflatten(list(flat), key.specs)
         sequences, final_states, memory = _forward_loop(
             directions, mask if key.has_mask else None, key.return_sequences, keep_for_bptt, read_in_step, xla_reads,
-            lowered, xla=xla,
+            lowered, xla=xla, orders=_orders(list(flat), key.specs),
         )
         flat_out = _flatten_outputs(sequences, final_states, key.return_sequences)
         return flat_out, [t for kept in memory for t in kept]
@@ -149,7 +150,8 @@ def _backward_loop_fn(key: LoopKey, xla: bool, xla_reads: bool, lowered: bool) -
         directions = _unflatten(list(flat), key.specs)
         mask = mask if key.has_mask else None
         memory = _group_memory(directions, memory)
-        return _backward_loop(directions, mask, key.return_sequences, memory, d_flat_out, xla_reads, lowered, xla)
+        return _backward_loop(directions, mask, key.return_sequences, memory, d_flat_out, xla_reads, lowered, xla,
+                              _orders(list(flat), key.specs))
 
     return backward_loop
 

@@ -10,7 +10,7 @@ incoming states. This module is the one home of those layouts; the loop
 key (`LoopKey`) is what a compiled loop is specialised on.
 """
 
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -54,9 +54,9 @@ class Direction(NamedTuple):
         recurrent_kernel, recurrent_bias: The weights the step maths use.
         initial_states: list of `[batch, units]` tensors.
         reverse: Iterate from the last step to the first; outputs stay
-            aligned with the input positions. Inside a loop built for
-            either order (`RUNTIME_ORDER`), a bool tensor, which the
-            loop turns into `timeloop._Visit`.
+            aligned with the input positions. A loop built for either
+            order (`DirectionSpec.runtime_order`) is told the order as a
+            tensor beside the direction (`_orders`), not here.
         state_mask: Optional recurrent-dropout mask `[batch, units]`.
     """
 
@@ -78,40 +78,32 @@ class DirectionResult(NamedTuple):
 
 _DIFFERENTIABLE = ("inputs", "kernel", "input_bias", "recurrent_kernel", "recurrent_bias")
 
-# `DirectionSpec.reverse` of a loop that runs either order, told by a bool
-# tensor after the direction's other tensors in the flat list: the two
-# directions of a bidirectional layer then share one traced loop and one
-# XLA program per shape (`compiled._split_loops`).
-RUNTIME_ORDER = "runtime"
-
-
 class DirectionSpec(NamedTuple):
     """One direction's part of a loop key: everything but tensor values and
     the batch and time sizes. The weights' shapes are part of it, so a
     function traced for several batch/time sizes relaxes only those."""
 
     math: StepMath
-    reverse: Union[bool, str]  # or RUNTIME_ORDER
+    reverse: bool
     n_states: int
     present: Tuple[bool, ...]  # per `_DIFFERENTIABLE` field, then the state mask
     shapes: Tuple[tuple, tuple]  # the kernel's, the recurrent kernel's
     dtype: str
+    # The loop runs either order, told by a bool tensor after the
+    # direction's other tensors in the flat list (`_with_order`): the two
+    # directions of a bidirectional layer then share one traced loop and
+    # one XLA program per shape (`compiled._split_loops`).
+    runtime_order: bool = False
 
     @property
     def has_state_mask(self) -> bool:
         return self.present[-1]
 
     @property
-    def runtime_order(self) -> bool:
-        """Whether the direction's order is a tensor at the end of its flat
-        part (`RUNTIME_ORDER`)."""
-        return isinstance(self.reverse, str)
-
-    @property
     def flat_size(self) -> int:
         """How many tensors `_flatten` lays out for this direction (a
         run-time order, appended by `_with_order` for one direction's
-        loops, is not counted: only `_unflatten` reads it)."""
+        loops, is not counted: only `_orders` reads it)."""
         return sum(self.present) + self.n_states
 
 
@@ -156,16 +148,26 @@ def _unflatten(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> Lis
         state_mask = None
         if spec.has_state_mask:
             state_mask, pos = flat[pos], pos + 1
-        reverse = spec.reverse
-        if spec.runtime_order:
-            reverse, pos = flat[pos], pos + 1
-        rebuilt.append(Direction(spec.math, initial_states=states, reverse=reverse, state_mask=state_mask, **fields))
+        pos += int(spec.runtime_order)  # the order: `_orders` reads it
+        rebuilt.append(Direction(spec.math, initial_states=states, reverse=spec.reverse, state_mask=state_mask,
+                                 **fields))
     return rebuilt
+
+
+def _orders(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> List[Optional[tf.Tensor]]:
+    """Per direction, the order a loop built for either order was told (a
+    bool tensor, True: reverse; `_with_order`), or None for a fixed order."""
+    orders, pos = [], 0
+    for spec in specs:
+        pos += spec.flat_size
+        orders.append(flat[pos] if spec.runtime_order else None)
+        pos += int(spec.runtime_order)
+    return orders
 
 
 def _in_runtime_order(spec: DirectionSpec) -> DirectionSpec:
     """`spec` for loops that take the direction's order as a tensor."""
-    return spec._replace(reverse=RUNTIME_ORDER)
+    return spec._replace(reverse=False, runtime_order=True)
 
 
 def _with_order(flat_part: Sequence[tf.Tensor], spec: DirectionSpec) -> list:

@@ -76,7 +76,7 @@ def _plain_loop(
 
 
 def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_step=False, xla_reads=False, lowered=None,
-                  xla=False, bitcast=True):
+                  xla=False, bitcast=True, orders=None):
     """The loop itself. With `keep_for_bptt`, also returns per direction the
     time-major stacks of what the step maths saved and of the incoming states
     (what the backward step needs; the projected inputs are not kept).
@@ -85,15 +85,16 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     ones), when keeping for BPTT (`_time_loop`, which also takes
     `lowered`). `xla`: the loop is compiled by XLA (`timeloop._at`);
     `bitcast`: batch and time may be swapped as float64s (not where
-    TensorFlow differentiates the loop)."""
+    TensorFlow differentiates the loop); `orders`: a loop built for either
+    order is told each direction's (`layout._orders`)."""
     inputs_tm = [_swap_batch_and_time(d.inputs, bitcast) for d in directions]
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = _step_masks(mask, directions)
-    directions, span = _visiting(directions, _span(mask, steps))
+    visits, span = _visiting(directions, _span(mask, steps), orders)
     in_xla = xla_reads
     in_step = read_in_step or (keep_for_bptt and in_xla)
-    read = _forward_reads(directions, inputs_tm, mask_tm, span, in_step, xla)
-    body = _forward_body(directions, mask_tm is not None, span)
+    read = _forward_reads(visits, inputs_tm, mask_tm, span, in_step, xla)
+    body = _forward_body(directions, visits, mask_tm is not None)
 
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
@@ -103,8 +104,8 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     if outputs:
         masks = mask_tm or [None] * len(directions)
         sequences = [
-            _swap_batch_and_time(_in_time_order(o.stack(), d, span, steps, m), bitcast)
-            for o, d, m in zip(outputs, directions, masks)
+            _swap_batch_and_time(_in_time_order(o.stack(), v, span, steps, m), bitcast)
+            for o, v, m in zip(outputs, visits, masks)
         ]
     memory = [[a.stack() for a in arrays] for arrays in kept]
     return sequences, [list(s) for s in final_states], memory
@@ -129,13 +130,13 @@ def _step_masks(mask: Optional[tf.Tensor], directions) -> Optional[List[tf.Tenso
     return [by_width[d.recurrent_kernel.shape[0]] for d in directions]
 
 
-def _forward_reads(directions, inputs_tm, mask_tm, span: _Span, in_step: bool, xla: bool) -> Callable[..., Reads]:
+def _forward_reads(visits, inputs_tm, mask_tm, span: _Span, in_step: bool, xla: bool) -> Callable[..., Reads]:
     """`read(i)` for `_time_loop`: per direction its input, then the mask."""
 
     def read(i):
         current = []
-        for k, d in enumerate(directions):
-            t = _time_index(d, i, span)
+        for k, visit in enumerate(visits):
+            t = _time_index(visit, i)
             current.append((_at(inputs_tm[k], t, span, xla), in_step))
             if mask_tm is not None:
                 current.append((_at(mask_tm[k], t, span, xla), in_step))
@@ -144,21 +145,21 @@ def _forward_reads(directions, inputs_tm, mask_tm, span: _Span, in_step: bool, x
     return read
 
 
-def _forward_body(directions, has_mask: bool, span: _Span) -> Callable:
+def _forward_body(directions, visits, has_mask: bool) -> Callable:
     """`body(i, current, state)` for `_time_loop`: one step of every direction."""
 
     def body(i, current, state):
         states, outputs, kept = state
         current = iter(current)
         new_states, new_outputs, new_kept = [], [], []
-        for k, d in enumerate(directions):
-            t = _time_index(d, i, span)
+        for k, (d, visit) in enumerate(zip(directions, visits)):
+            t = _time_index(visit, i)
             x_t, valid = next(current), next(current) if has_mask else None
             stepped, emitted, memory = _forward_step(d, x_t, valid, states[k])
             new_states.append(stepped)
             if outputs:
                 # Put in time order after the loop (`_in_time_order`).
-                new_outputs.append(outputs[k].write(_output_index(d, i, t), emitted))
+                new_outputs.append(outputs[k].write(_output_index(visit, i, t), emitted))
             if kept:
                 new_kept.append([a.write(t, m) for a, m in zip(kept[k], memory)])
         return new_states, new_outputs, new_kept
@@ -184,13 +185,14 @@ def _memory_arrays(d: Direction, steps) -> List[tf.TensorArray]:
     return [saved] + [_array(s, steps) for s in d.initial_states]
 
 
-def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False, lowered=None, xla=False):
+def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_reads=False, lowered=None, xla=False,
+                   orders=None):
     """Each direction walks back over its own time order; returns per
     direction the time-major stack of the cell's per-step records (from
     which the bulk gradients are summed) and the initial states' gradients."""
     steps = tf.shape(directions[0].inputs)[1]
     mask_tm = _step_masks(mask, directions)
-    directions, span = _visiting(directions, _span(mask, steps), backward=True)
+    visits, span = _visiting(directions, _span(mask, steps), orders, backward=True)
     output_grads = _split_output_grads(directions, return_sequences, d_flat_out)
     d_seq_tm = [None if g is None else _swap_batch_and_time(g) for g, _ in output_grads]
     # Transposed once, before the loop: a transpose inside the step's
@@ -198,23 +200,24 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     transposed_kernels = [tf.transpose(d.recurrent_kernel) for d in directions]
 
     in_xla = xla_reads
-    read = _backward_reads(directions, memory, d_seq_tm, mask_tm, span, in_xla, xla)
-    body = _backward_body(directions, memory, d_seq_tm, mask_tm is not None, span, transposed_kernels)
+    read = _backward_reads(directions, visits, memory, d_seq_tm, mask_tm, span, in_xla, xla)
+    body = _backward_body(directions, visits, memory, d_seq_tm, mask_tm is not None, transposed_kernels)
     records = [_record_array(d, steps) for d in directions]
     initial = ([final for _, final in output_grads], records)
     d_states, records = _time_loop(span, steps, read, body, initial, lowered, bounded=in_xla)
     return [a.stack() for a in records], d_states
 
 
-def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: bool, xla: bool) -> Callable[..., Reads]:
+def _backward_reads(directions, visits, memory, d_seq_tm, mask_tm, span: _Span, in_xla: bool,
+                    xla: bool) -> Callable[..., Reads]:
     """`read(i)` for `_time_loop`: per direction its kept memory, output
     gradient and mask, in the step inside XLA except memory the cell wants
     materialised (`StepMath.materialize_saved`)."""
 
     def read(i):
         current = []
-        for k, d in enumerate(directions):
-            t = _time_index(d, i, span)
+        for k, (d, visit) in enumerate(zip(directions, visits)):
+            t = _time_index(visit, i)
             saved, *incoming = memory[k]
             current.append((_at(saved, t, span, xla), in_xla and not d.math.materialize_saved))
             current.extend((_at(m, t, span, xla), in_xla) for m in incoming)
@@ -227,15 +230,15 @@ def _backward_reads(directions, memory, d_seq_tm, mask_tm, span: _Span, in_xla: 
     return read
 
 
-def _backward_body(directions, memory, d_seq_tm, has_mask: bool, span: _Span, transposed_kernels) -> Callable:
+def _backward_body(directions, visits, memory, d_seq_tm, has_mask: bool, transposed_kernels) -> Callable:
     """`body(i, current, state)` for `_time_loop`: one BPTT step of every direction."""
 
     def body(i, current, state):
         d_states, records = state
         current = iter(current)
         new_states, new_records = [], []
-        for k, d in enumerate(directions):
-            t = _time_index(d, i, span)
+        for k, (d, visit) in enumerate(zip(directions, visits)):
+            t = _time_index(visit, i)
             kept = [next(current) for _ in memory[k]]
             d_seq = None if d_seq_tm[k] is None else next(current)
             valid = next(current) if has_mask else None

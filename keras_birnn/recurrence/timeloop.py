@@ -13,7 +13,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 import tensorflow as tf
 
 from keras_birnn._tf_internal import set_while_lowering
-from keras_birnn.recurrence.layout import Direction, _with_static_shape
+from keras_birnn.recurrence.layout import _with_static_shape
 
 
 class _Span(NamedTuple):
@@ -29,9 +29,9 @@ class _Visit(NamedTuple):
     (`_visiting`), so that a step spends at most two scalar ops on its
     position instead of recomputing it from the span (a plain loop runs op
     by op, and for small steps such ops are a large share of a step). The
-    stride is +1 or -1 when the order is fixed where the loop is traced, or
-    a tensor when it is told at run time (`Direction.reverse` a bool
-    tensor, `layout.RUNTIME_ORDER`)."""
+    stride is +1 or -1 when the order is fixed where the loop is traced
+    (`Direction.reverse`), or a tensor when it is told at run time
+    (`layout._orders`)."""
 
     base: Any  # the Python int 0, or a scalar tensor
     stride: Any  # 1, -1, or a scalar tensor
@@ -46,18 +46,19 @@ class _Visit(NamedTuple):
         return not self.runtime and self.stride < 0
 
 
-def _visiting(directions, span: _Span, backward: bool = False) -> Tuple[list, _Span]:
-    """`directions` with `reverse` as a `_Visit` of the forward loop, or
-    with `backward` of the BPTT loop, which walks the forward order back.
-    With a run-time order (a bool tensor `reverse`) the span's `first` is
-    then a tensor even without a mask, so that `_at` reads by gather: XLA
-    takes a strided slice's start as a compile-time constant, and would
-    make the order one and compile the loop once per direction."""
+def _visiting(directions, span: _Span, orders=None, backward: bool = False) -> Tuple[List[_Visit], _Span]:
+    """Each direction's `_Visit` of the forward loop, or with `backward` of
+    the BPTT loop, which walks the forward order back. A direction's order
+    is its `reverse`, or the bool tensor `orders[k]` of a loop built for
+    either order (`layout._orders`). With a run-time order the span's
+    `first` is then a tensor even without a mask, so that `_at` reads by
+    gather: XLA takes a strided slice's start as a compile-time constant,
+    and would make the order one and compile the loop once per direction."""
     visiting = []
-    for d in directions:
-        if isinstance(d.reverse, tf.Tensor):
-            stride = 1 - 2 * tf.cast(d.reverse, span.count.dtype)
-            base = span.first + tf.where(d.reverse, span.count - 1, 0)
+    for d, order in zip(directions, orders or [None] * len(directions)):
+        if order is not None:
+            stride = 1 - 2 * tf.cast(order, span.count.dtype)
+            base = span.first + tf.where(order, span.count - 1, 0)
             span = span._replace(first=tf.convert_to_tensor(span.first, span.count.dtype))
             if backward:
                 base, stride = base + stride * (span.count - 1), -stride
@@ -65,7 +66,7 @@ def _visiting(directions, span: _Span, backward: bool = False) -> Tuple[list, _S
             base, stride = _plus(span.first, span.count - 1), -1
         else:
             base, stride = span.first, 1
-        visiting.append(d._replace(reverse=_Visit(base, stride)))
+        visiting.append(_Visit(base, stride))
     return visiting, span
 
 
@@ -96,10 +97,9 @@ def _visits_all(span: _Span) -> bool:
     return isinstance(span.first, int) and span.first == 0
 
 
-def _time_index(direction: Direction, i, span: _Span):
-    """The position a direction visits at iteration `i` of the loop it was
-    made a `_Visit` for (`_visiting`)."""
-    visit = direction.reverse
+def _time_index(visit: _Visit, i):
+    """The position a direction visits at iteration `i` of the loop its
+    `_Visit` was made for (`_visiting`)."""
     if visit.runtime:
         return visit.base + visit.stride * i
     return visit.base - i if visit.descending else _plus(visit.base, i)
@@ -118,7 +118,7 @@ def _at(sequence_tm: tf.Tensor, t, span: _Span, xla: bool) -> tf.Tensor:
     return tf.gather(sequence_tm, t)
 
 
-def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, steps,
+def _in_time_order(stacked_tm: tf.Tensor, visit: _Visit, span: _Span, steps,
                    mask_tm: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The outputs the forward loop wrote (`stacked_tm`, time-major; at its
     iterations `i`, or at their positions, `_output_index`), each at its
@@ -135,7 +135,6 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     position, a backward direction's outputs came out reversed in time, and
     a batch padded beyond its longest row came out that much shorter.
     Exact in TensorFlow: a reverse, or a gather, and a select."""
-    visit = direction.reverse
     if visit.runtime:
         ordered = stacked_tm  # written at the positions (`_output_index`)
     elif _visits_all(span):
@@ -149,13 +148,13 @@ def _in_time_order(stacked_tm: tf.Tensor, direction: Direction, span: _Span, ste
     return ordered if mask_tm is None else tf.where(mask_tm, ordered, tf.zeros_like(ordered))
 
 
-def _output_index(direction: Direction, i, t):
+def _output_index(visit: _Visit, i, t):
     """Where the forward loop writes iteration `i`'s output (at position
     `t`): at the iteration (`_in_time_order` says why), except in a loop
     whose order is a tensor (`_Visit`), which writes at the position and
     needs no reordering: such loops are functions run in process, never
     the exported ones a converter reads."""
-    return t if direction.reverse.runtime else i
+    return t if visit.runtime else i
 
 
 def _visited(sequence_tm: tf.Tensor, span: _Span) -> tf.Tensor:
