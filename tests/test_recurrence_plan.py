@@ -145,16 +145,30 @@ def test_a_run_with_no_count_runs_compiled_loops():
     assert_all_close(to_numpy(bi.merge(forward.outputs, backward.outputs, mask)), case.oracle(MASK))
 
 
-@pytest.mark.parametrize("training, taped, litert, grouping", [
-    (True, False, False, Grouping.GROUPS), (None, True, False, Grouping.GROUPS),
-    (None, False, False, Grouping.BY_ITEM_COUNT), (True, False, True, Grouping.ONE_CALL),
+@pytest.mark.parametrize("training, taped, litert, grouping, groups", [
+    (True, False, False, Grouping.GROUPS, [3]), (None, True, False, Grouping.GROUPS, [3]),
+    (None, False, False, Grouping.BY_ITEM_COUNT, [1]), (True, False, True, Grouping.ONE_CALL, [1]),
 ], ids=["training", "under a tape", "inference", "LiteRT"])
-def test_nested_groups_plan(training, taped, litert, grouping):
-    """`kb.NestedEncoder`'s grouping is planned too; one group is always one call."""
+def test_nested_groups_plan(training, taped, litert, grouping, groups, monkeypatch):
+    """`kb.NestedEncoder`'s grouping is planned too: the planner's answer,
+    the groups the encoder then ran (inference: by a `tf.cond` on the item
+    count, below `grouped_from_items` one call), and the oracle's numbers;
+    one group is always one call."""
+    from test_nested import _case, _extents_mask, _oracle
+
+    used = []
+    encode = kb.NestedEncoder._encode_by_extent
+    monkeypatch.setattr(kb.NestedEncoder, "_encode_by_extent",
+                        lambda self, *a: used.append(a[-1]) or encode(self, *a))
+    case, x = _case("gru_reset_after")
+    nested = kb.NestedEncoder(case.layer, length_groups=3)
     context = recurrence._no_empty_case if litert else contextlib.nullcontext
     with context(), tf.GradientTape() if taped else contextlib.nullcontext():
         assert plan_groups(3, training)[0] is grouping
         assert plan_groups(1, training)[0] is Grouping.ONE_CALL
+        outputs = nested(x, mask=_extents_mask(), training=training)
+    assert used == groups
+    assert_all_close(to_numpy(outputs), _oracle(case, x, _extents_mask()))
 
 
 def test_threads_trace_with_their_own_settings():
