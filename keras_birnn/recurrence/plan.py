@@ -183,7 +183,7 @@ def plan(directions: Sequence, flat: Sequence[tf.Tensor], mask: Optional[tf.Tens
     config = loop_config()
     caller = Caller.XLA if in_xla_context() else Caller.EAGER if tf.executing_eagerly() else Caller.GRAPH
     path = _path(config, caller, flat, bptt, counted, directions[0].inputs.shape[1] is not None)
-    unknown_time = directions[0].inputs.shape[1] is None and caller is Caller.GRAPH
+    unknown_time = directions[0].inputs.shape[1] is None and caller is not Caller.EAGER
     padding = TimePadding.NONE
     if path in _COMPILING_PATHS and unknown_time:
         padding = TimePadding.BUCKETS
