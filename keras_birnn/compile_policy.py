@@ -98,11 +98,12 @@ def settings() -> dict:
     return {"compile_after": config.compile_after, "max_compiled_shapes": config.max_compiled_shapes}
 
 
-def calls_before_compiled(steps, config: LoopConfig):
+def calls_before_compiled(steps, config: Optional[LoopConfig] = None):
     """How many calls at a shape of `steps` time steps (after time buckets,
     at least 1) a layer makes before that shape runs compiled, under
-    `config`: a Python int for an int, a tensor for a tensor (the layer's
-    count, in its graph)."""
+    `config` (default: the one in force): a Python int for an int, a tensor
+    for a tensor (the layer's count, in its graph)."""
+    config = config or loop_config()
     if config.compile_after != "auto":
         return config.compile_after
     return (config.auto_compile_steps + steps - 1) // steps

@@ -269,3 +269,14 @@ def test_predict_floor_hand_written_exports(tmp_path):
     served = {peer: next(iter(tf.saved_model.load(paths[peer].rsplit(":", 1)[0]).signatures["serving_default"](
         bits=tf.constant(bits)).values())).numpy() for peer in ("keras", "plain_gru")}
     np.testing.assert_allclose(served["plain_gru"], served["keras"], rtol=1e-5, atol=1e-6)
+
+
+def test_layer_benchmark_quick_run(capsys):
+    """bench_bidirectional.py's quick run: every peer's row printed, with
+    keras_birnn's ratio 1 (a benchmark that calls into the package breaks
+    here when an API it uses moves)."""
+    bench = load_bench("bench_bidirectional")
+    bench.main(["--quick", "--no-first-call", "--no-torch", "--cells", "gru", "--modes", "infer", "train"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("quick gru")]
+    assert [r.split()[2] for r in rows] == ["infer", "train"]
+    assert all("keras_birnn" in r and "x1.00" in r and "keras_jit" in r for r in rows)
