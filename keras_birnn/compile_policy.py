@@ -57,7 +57,8 @@ from keras_birnn.config import LoopConfig, configure_loops, loop_config
 _FLAG = 1 << 62  # marks a shape's "compiled" entry
 _PROMOTED = -1  # the key counting the shapes compiled so far
 _SHAPES = -2  # the key counting the shapes counted so far
-_UNCOUNTED = -3  # where a shape past `max_counted_shapes` writes, so the table stays bounded
+# Where an uncounted shape's entries go, so that the table stays bounded.
+_SPARE_KEYS = (-3, -4, -5, -6)
 
 
 @contextlib.contextmanager
@@ -144,24 +145,20 @@ class ShapeCounter:
         return self._table
 
     def decide(self, batch: tf.Tensor, steps: tf.Tensor, training: bool, config: LoopConfig) -> tf.Tensor:
-        """Counts one call at this shape; True where it runs compiled."""
+        """Counts one call at this shape; True where it runs compiled. A
+        shape first met once `max_counted_shapes` are counted is not
+        counted (its entries go to spare keys) and runs plain."""
         table = self._lookup_table()
         key = tf.cast(steps, tf.int64) * (1 << 32) + tf.cast(batch, tf.int64) * 2 + int(training)
         keys = tf.stack([key, key + _FLAG, tf.constant(_PROMOTED, tf.int64), tf.constant(_SHAPES, tf.int64)])
         count, flag, promoted, shapes = tf.unstack(table.lookup(keys), num=4)
-        new = count == 0
-        counted = ~new | (shapes < config.max_counted_shapes)
-        count += 1
+        counted = (count > 0) | (shapes < config.max_counted_shapes)
         threshold = calls_before_compiled(tf.maximum(tf.cast(steps, tf.int64), 1), config)
-        promote = counted & (flag == 0) & (count >= threshold) & (promoted < config.max_compiled_shapes)
+        promote = counted & (flag == 0) & (count + 1 >= threshold) & (promoted < config.max_compiled_shapes)
         compiled = (flag > 0) | promote
-        # A shape past the bound writes its entries to one spare key instead.
-        write = tf.where(counted, keys[:2], tf.constant([_UNCOUNTED, _UNCOUNTED], tf.int64))
-        update = table.insert(
-            tf.concat([write, keys[2:]], 0),
-            tf.stack([count, tf.cast(compiled, tf.int64), promoted + tf.cast(promote, tf.int64),
-                      shapes + tf.cast(new & counted, tf.int64)]),
-        )
+        values = tf.stack([count + 1, tf.cast(compiled, tf.int64), promoted + tf.cast(promote, tf.int64),
+                           shapes + tf.cast(count == 0, tf.int64)])
+        update = table.insert(tf.where(counted, keys, tf.constant(_SPARE_KEYS, tf.int64)), values)
         with tf.control_dependencies([update]):
             return tf.identity(compiled)
 
