@@ -9,7 +9,6 @@ empty_case, fusion, memory.
 import contextlib
 import threading
 
-import numpy as np
 import pytest
 import tensorflow as tf
 

@@ -50,7 +50,7 @@ that patches a function the package calls patches it where it is read
 
 from keras_birnn.config import _no_empty_case, _rows_kept, for_export, fused_directions, xla_disabled
 from keras_birnn.recurrence.cache import clear_loop_cache, loop_cache_info
-from keras_birnn.recurrence.compiled import _by_batch_size, _loop_functions
+from keras_birnn.recurrence.compiled import _by_batch_size
 from keras_birnn.recurrence.dispatch import run
 from keras_birnn.recurrence.layout import Direction, DirectionResult
 from keras_birnn.recurrence.plan import LoopPlan

@@ -11,7 +11,7 @@ drops them all.
 
 import collections
 import threading
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Optional
 
 from keras_birnn.config import loop_config
 
@@ -23,10 +23,12 @@ class LoopCache:
         self._entries: "collections.OrderedDict[Hashable, Any]" = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, make: Callable[[], Any], limit: int) -> Any:
-        """The value for `key`, made by `make()` if absent. `make` runs
+    def get(self, key: Hashable, make: Callable[[], Any], limit: Optional[int] = None) -> Any:
+        """The value for `key`, made by `make()` if absent, keeping at most
+        `limit` entries (default: `loop_cache_size` in force). `make` runs
         outside the lock (it may itself read the cache); if two threads
         make the same key at once, both get the value stored first."""
+        limit = loop_config().loop_cache_size if limit is None else limit
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)

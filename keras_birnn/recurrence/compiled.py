@@ -55,7 +55,7 @@ def _loops(key: LoopKey, build: Build) -> LoopFunctions:
     (`_by_batch_size`); every plain loop has two forms, functional and
     lowered (`_loop`). With `build.split`, every direction runs loops of
     its own, which directions of one structure share (`_split_loops`)."""
-    return LOOPS.get(("loops", key, build), lambda: _make_loops(key, build), build.cache_size)
+    return LOOPS.get(("loops", key, build), lambda: _make_loops(key, build))
 
 
 def _make_loops(key: LoopKey, build: Build) -> LoopFunctions:
@@ -182,7 +182,7 @@ def _compiled(key: LoopKey, build: Build, role: str, fn: Callable) -> Callable:
     if form is Form.INLINE:
         return fn
     if form in (Form.SHARED, Form.SHARED_XLA):
-        plain = _shared_leaf((key, role, build._replace(form=Form.SHARED)), fn, build.cache_size)
+        plain = _shared_leaf((key, role, build._replace(form=Form.SHARED)), fn)
         if form is Form.SHARED:
             return plain
         return tf.function(lambda *args: plain(*args), jit_compile=True, reduce_retracing=True, autograph=False)
@@ -191,7 +191,7 @@ def _compiled(key: LoopKey, build: Build, role: str, fn: Callable) -> Callable:
                        experimental_attributes=attributes)
 
 
-def _shared_leaf(key: tuple, fn: Callable, cache_size: int) -> Callable:
+def _shared_leaf(key: tuple, fn: Callable) -> Callable:
     """One plain `tf.function` per loop role and structure, which the plain
     form calls directly and the XLA form calls inside its own compiled
     function: tracing a loop (not compiling it) is most of a new
@@ -203,7 +203,7 @@ def _shared_leaf(key: tuple, fn: Callable, cache_size: int) -> Callable:
     training graph and its first step (benchmarks/README.md, "The first
     step")."""
     return LOOPS.get(("leaf",) + key, lambda: tf.function(
-        fn, reduce_retracing=True, autograph=False, experimental_attributes=_NOT_INLINED), cache_size)
+        fn, reduce_retracing=True, autograph=False, experimental_attributes=_NOT_INLINED))
 
 
 def _chosen_loop_functions(key: LoopKey, build: Build, use_compiled: tf.Tensor) -> LoopFunctions:

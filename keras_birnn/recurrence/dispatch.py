@@ -31,6 +31,7 @@ from keras_birnn.recurrence.layout import (
 from keras_birnn.recurrence.loops import _plain_loop
 from keras_birnn.recurrence.plan import (
     Build,
+    Caller,
     EmptyCase,
     LoopPlan,
     Memory,
@@ -64,28 +65,33 @@ def run(
             the shapes that recur (`compile_policy`); without it, they
             always run compiled while XLA is on.
     """
-    call_plan = plan(directions, _flatten(directions), mask, return_sequences, bptt, counter is not None)
+    flat = _flatten(directions)
+    call_plan = plan(directions, flat, mask, return_sequences, bptt, counter is not None)
     if call_plan.rows is Rows.VALID:
         compact, compact_mask, rows = bucketing.valid_rows(directions, mask)
         results = _run_padded(call_plan, compact, compact_mask, return_sequences, counter)
         return bucketing.restore_rows(results, directions, rows)
-    return _run_padded(call_plan, directions, mask, return_sequences, counter)
+    return _run_padded(call_plan, directions, mask, return_sequences, counter, flat)
 
 
-def _run_padded(call_plan: LoopPlan, directions, mask, return_sequences, counter) -> List[DirectionResult]:
+def _run_padded(call_plan: LoopPlan, directions, mask, return_sequences, counter,
+                flat=None) -> List[DirectionResult]:
     """The loops, on inputs padded at the end as the plan says
     (`bucketing.pad_time`: to the bucket length, or a zero-length sequence
     to one masked step), which leaves them at least one step and so no
     zero-length `tf.cond`; outputs cropped back to the real length."""
     if call_plan.padding is TimePadding.NONE:
-        return _run_plan(call_plan, directions, mask, return_sequences, counter)
+        return _run_plan(call_plan, directions, mask, return_sequences, counter, flat)
     at_least_one = call_plan.padding is TimePadding.ONE_STEP
     directions, mask, steps = bucketing.pad_time(directions, mask, call_plan.config, at_least_one=at_least_one)
     return bucketing.crop_time(_run_plan(call_plan, directions, mask, return_sequences, counter), steps)
 
 
-def _run_plan(call_plan: LoopPlan, directions, mask, return_sequences, counter) -> List[DirectionResult]:
-    flat = _flatten(directions)
+def _run_plan(call_plan: LoopPlan, directions, mask, return_sequences, counter,
+              flat=None) -> List[DirectionResult]:
+    """The planned loops on `directions` (`flat`: their `_flatten`, when
+    the caller has it for these very directions)."""
+    flat = _flatten(directions) if flat is None else flat
     key = _loop_key(directions, mask is not None, return_sequences, call_plan.memory is Memory.KEEP)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
     runner = _runner(call_plan, key, directions, counter)
@@ -112,7 +118,7 @@ def _run_plan(call_plan: LoopPlan, directions, mask, return_sequences, counter) 
 def _runner(call_plan: LoopPlan, key: LoopKey, directions, counter) -> Callable:
     """The function `runner(flat, mask)` running the loops as planned; an
     eager counted call's form is chosen here, by the layer's count."""
-    if call_plan.counted and call_plan.runner is Runner.DIFFERENTIABLE:  # eager: the count decides now
+    if call_plan.counted and call_plan.caller is Caller.EAGER:  # the count decides now
         compiled = bool(counter.decide(*tf.shape(directions[0].inputs)[:2], key.keep, call_plan.config))
         call_plan = counted_form(call_plan, compiled)
     if counter is not None:
@@ -143,7 +149,7 @@ def _counted_runner(key: LoopKey, build: Build) -> Callable:
             autograph=False,
         )
 
-    runner = LOOPS.get(("counted-runner", key, build), make, build.cache_size)
+    runner = LOOPS.get(("counted-runner", key, build), make)
     return lambda decide, flat, mask: runner(flat, mask, decide())
 
 
@@ -154,7 +160,7 @@ def _compiled_runner(key: LoopKey, build: Build) -> Callable:
         return tf.function(functools.partial(_differentiable_loop, key, build), reduce_retracing=True,
                            autograph=False)
 
-    return LOOPS.get(("compiled-runner", key, build), make, build.cache_size)
+    return LOOPS.get(("compiled-runner", key, build), make)
 
 
 def _differentiable_loop(key: LoopKey, build: Build, flat, mask, use_compiled=None):

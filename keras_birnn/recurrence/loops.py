@@ -91,15 +91,14 @@ def _forward_loop(directions, mask, return_sequences, keep_for_bptt, read_in_ste
     steps = tf.shape(inputs_tm[0])[0]
     mask_tm = _step_masks(mask, directions)
     visits, span = _visiting(directions, _span(mask, steps), orders)
-    in_xla = xla_reads
-    in_step = read_in_step or (keep_for_bptt and in_xla)
+    in_step = read_in_step or (keep_for_bptt and xla_reads)
     read = _forward_reads(visits, inputs_tm, mask_tm, span, in_step, xla)
     body = _forward_body(directions, visits, mask_tm is not None)
 
     outputs = [_array(d.initial_states[0], steps) for d in directions] if return_sequences else []
     kept = [_memory_arrays(d, steps) for d in directions] if keep_for_bptt else []
     initial = ([list(d.initial_states) for d in directions], outputs, kept)
-    final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered, bounded=in_xla)
+    final_states, outputs, kept = _time_loop(span, steps, read, body, initial, lowered, bounded=xla_reads)
     sequences = [None] * len(directions)
     if outputs:
         masks = mask_tm or [None] * len(directions)
@@ -199,12 +198,11 @@ def _backward_loop(directions, mask, return_sequences, memory, d_flat_out, xla_r
     # matmul made training steps slower (benchmarks/README.md, "Design measurements").
     transposed_kernels = [tf.transpose(d.recurrent_kernel) for d in directions]
 
-    in_xla = xla_reads
-    read = _backward_reads(directions, visits, memory, d_seq_tm, mask_tm, span, in_xla, xla)
+    read = _backward_reads(directions, visits, memory, d_seq_tm, mask_tm, span, xla_reads, xla)
     body = _backward_body(directions, visits, memory, d_seq_tm, mask_tm is not None, transposed_kernels)
     records = [_record_array(d, steps) for d in directions]
     initial = ([final for _, final in output_grads], records)
-    d_states, records = _time_loop(span, steps, read, body, initial, lowered, bounded=in_xla)
+    d_states, records = _time_loop(span, steps, read, body, initial, lowered, bounded=xla_reads)
     return [a.stack() for a in records], d_states
 
 

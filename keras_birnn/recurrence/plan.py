@@ -110,7 +110,6 @@ class Build(NamedTuple):
     functional_step_limit: int
     functional_row_limit: int
     functional_training_rows: int
-    cache_size: int
 
     @property
     def xla_body(self) -> bool:
@@ -150,8 +149,7 @@ class LoopPlan:
     def build(self, form: Optional[Form] = None) -> Build:
         c = self.config
         return Build(form or self.form, self.split, self.caller is Caller.XLA, c.inline_step_limit,
-                     c.functional_step_limit, c.functional_row_limit, c.functional_training_rows,
-                     c.loop_cache_size)
+                     c.functional_step_limit, c.functional_row_limit, c.functional_training_rows)
 
     def describe(self) -> dict:
         """The plan as `loop_report()` shows it: each field's value."""
@@ -182,13 +180,14 @@ def plan(directions: Sequence, flat: Sequence[tf.Tensor], mask: Optional[tf.Tens
     """
     config = loop_config()
     caller = Caller.XLA if in_xla_context() else Caller.EAGER if tf.executing_eagerly() else Caller.GRAPH
-    path = _path(config, caller, flat, bptt, counted, directions[0].inputs.shape[1] is not None)
-    unknown_time = directions[0].inputs.shape[1] is None and caller is not Caller.EAGER
+    static_length = directions[0].inputs.shape[1] is not None
+    twice = caller is not Caller.EAGER and may_differentiate_twice(flat)  # a tape may differentiate again
+    path = _path(config, caller, flat, bptt, counted, static_length, twice)
+    unknown_time = not static_length and caller is not Caller.EAGER
     padding = TimePadding.NONE
     if path in _COMPILING_PATHS and unknown_time:
         padding = TimePadding.BUCKETS
-    elif path not in (Path.FORWARD_MODE, Path.FORWARD_ONLY) and config.empty_case and unknown_time \
-            and may_differentiate_twice(flat):
+    elif path not in (Path.FORWARD_MODE, Path.FORWARD_ONLY) and config.empty_case and unknown_time and twice:
         # The zero-length `tf.cond` cannot hold a custom gradient that a
         # persistent or nested tape records ("Could not find external
         # tensor capture"): a zero-length sequence gets one masked step.
@@ -200,7 +199,7 @@ def plan(directions: Sequence, flat: Sequence[tf.Tensor], mask: Optional[tf.Tens
         caller=caller,
         rows=_rows(config, caller, mask, return_sequences),
         padding=padding,
-        empty_case=_empty_case(config, directions, padding),
+        empty_case=_empty_case(config, static_length, padding),
         fusion=_fusion(config, caller, len(directions)),
         memory=Memory.NONE if path in (Path.FORWARD_MODE, Path.FORWARD_ONLY) else
         Memory.KEEP if bptt else Memory.RECOMPUTE,
@@ -208,7 +207,8 @@ def plan(directions: Sequence, flat: Sequence[tf.Tensor], mask: Optional[tf.Tens
     )
 
 
-def _path(config: LoopConfig, caller: Caller, flat, bptt: bool, counted: bool, static_length: bool) -> Path:
+def _path(config: LoopConfig, caller: Caller, flat, bptt: bool, counted: bool, static_length: bool,
+          twice: bool) -> Path:
     if carries_tangents(flat):
         # TensorFlow pushes tangents through a plain loop's ops, but not
         # through a custom gradient (it would silently report no tangent).
@@ -223,7 +223,7 @@ def _path(config: LoopConfig, caller: Caller, flat, bptt: bool, counted: bool, s
         return Path.PLAIN
     if caller is Caller.XLA:
         return Path.INSIDE_XLA
-    if caller is Caller.GRAPH and may_differentiate_twice(flat):
+    if caller is Caller.GRAPH and twice:
         return Path.HIGHER_ORDER
     # A SavedModel cannot hold the layer's counts: exports trace fixed loops.
     # Static shapes are counted too: `model.fit` traces its first batch's
@@ -273,14 +273,14 @@ def _rows(config: LoopConfig, caller: Caller, mask, return_sequences: bool) -> R
     return Rows.ALL
 
 
-def _empty_case(config: LoopConfig, directions, padding: TimePadding) -> EmptyCase:
+def _empty_case(config: LoopConfig, static_length: bool, padding: TimePadding) -> EmptyCase:
     """XLA cannot compile a loop body over a zero-length axis, so the empty
     case never reaches it. Traced for LiteRT (`empty_case` off) there is no
     branch: the converter then sees the weights as constants in the loop
     body and multiplies with FULLY_CONNECTED instead of BATCH_MATMUL."""
     if padding is not TimePadding.NONE:
         return EmptyCase.NONE  # padded: the loops always have a step
-    if directions[0].inputs.shape[1] is not None:
+    if static_length:
         return EmptyCase.STATIC
     return EmptyCase.BRANCH if config.empty_case else EmptyCase.NONE
 
