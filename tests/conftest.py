@@ -6,6 +6,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+BACKEND = keras.backend.backend()
+
+
+def pytest_ignore_collect(collection_path, config):
+    """On JAX and PyTorch only the `test_portable_*.py` files run: they use
+    no TensorFlow (`tests/portable.py`); the rest test the TensorFlow
+    engine, exports and examples."""
+    name = collection_path.name
+    if BACKEND == "tensorflow" or not (name.startswith("test_") and name.endswith(".py")):
+        return None
+    return not name.startswith("test_portable_")
+
 
 @pytest.fixture(autouse=True)
 def _seeded():

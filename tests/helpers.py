@@ -22,7 +22,6 @@ import textwrap
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
@@ -133,6 +132,8 @@ PADDING_PATTERNS_4x6 = {
 
 def in_graph(layer, inputs, mask=None, jit_compile=False, **call_kwargs):
     """Calls `layer` inside a `tf.function` whose batch and time sizes are unknown."""
+    import tensorflow as tf  # here: the masks above serve the tests of every backend
+
     inputs = np.asarray(inputs)
     spec = [tf.TensorSpec([None, None, inputs.shape[-1]], tf.as_dtype(inputs.dtype))]
     if mask is not None:
