@@ -93,8 +93,8 @@ def program_092(merge_mode=None) -> "kb.Bidirectional":
     """Two simple-RNN directions of 2 units with the book's weights."""
     bi = kb.Bidirectional(kb.SimpleRNNCell(2), merge_mode=merge_mode, return_sequences=True)
     bi.build((None, None, 1))
-    set_c_weights(bi.forward, *FW_092)
-    set_c_weights(bi.backward, *BW_092)
+    set_c_weights(bi.forward_layer, *FW_092)
+    set_c_weights(bi.backward_layer, *BW_092)
     return bi
 
 
@@ -106,8 +106,8 @@ def program_094() -> "kb.Bidirectional":
         projection_activation="softmax", return_sequences=True,
     )
     bi.build((None, None, 1))
-    set_c_weights(bi.forward, *FW_094)
-    set_c_weights(bi.backward, *BW_094)
+    set_c_weights(bi.forward_layer, *FW_094)
+    set_c_weights(bi.backward_layer, *BW_094)
     bi.projection.forward_kernel.assign(W_OUT_094[:, :3].T)
     bi.projection.backward_kernel.assign(W_OUT_094[:, 3:].T)
     bi.projection.bias.assign(np.zeros(5, "float32"))
@@ -232,8 +232,8 @@ def program_095(init: str = "msvc", seed: int = 42, reset_after: bool = True) ->
         raise ValueError(f"init must be one of {INITS}, received {init!r}")
     bi = kb.Bidirectional(kb.GRUCell(UNITS_095, reset_after=reset_after), merge_mode=None, return_sequences=True)
     bi.build((None, None, 1))
-    set_c_gru(bi.forward, forward)
-    set_c_gru(bi.backward, backward)
+    set_c_gru(bi.forward_layer, forward)
+    set_c_gru(bi.backward_layer, backward)
     return bi
 
 

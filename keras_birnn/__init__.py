@@ -1,19 +1,15 @@
-"""keras_birnn: bidirectional recurrent layers for Keras 3 (TensorFlow backend)."""
+"""keras_birnn: bidirectional recurrent layers for Keras 3.
 
-import keras as _keras
+The layers, heads and CRF run on every Keras backend (TensorFlow, JAX,
+PyTorch); export (SavedModel, LiteRT, ONNX) needs TensorFlow
+(`keras_birnn.backend`).
+"""
 
-if _keras.backend.backend() != "tensorflow":
-    raise ImportError(
-        "keras_birnn runs on the TensorFlow backend of Keras 3; KERAS_BACKEND is "
-        f"{_keras.backend.backend()!r}. Set KERAS_BACKEND=tensorflow before importing keras."
-    )
-
+from keras_birnn import backend as _backend
 from keras_birnn.bidirectional import Bidirectional, DirectionalProjection
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.compile_policy import compilation
 from keras_birnn.crf import CRF, CRFLoss
-from keras_birnn.export import check_graph_ops, export_saved_model
-from keras_birnn.litert import export_tflite, flatbuffer_ops
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
 from keras_birnn.nested import NestedEncoder
 from keras_birnn.recurrent import Recurrent
@@ -24,6 +20,16 @@ from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
 # The diagnostics module keeps its public name kb.inspect (a module file named
 # inspect.py shadowed the standard library for scripts run from the package).
 from keras_birnn import diagnostics as inspect  # noqa: E402  (kb.inspect.direction_norms, ...)
+
+if _backend.IS_TENSORFLOW:
+    from keras_birnn.export import check_graph_ops, export_saved_model
+    from keras_birnn.litert import export_tflite, flatbuffer_ops
+else:  # the same names, raising an error that names the backend and the way round
+    _EXPORT = "export with kb.export_saved_model / kb.export_tflite"
+    check_graph_ops = _backend.tensorflow_only("check_graph_ops", "check the exported graph's ops")
+    export_saved_model = _backend.tensorflow_only("export_saved_model", _EXPORT)
+    export_tflite = _backend.tensorflow_only("export_tflite", _EXPORT)
+    flatbuffer_ops = _backend.tensorflow_only("flatbuffer_ops", "read the LiteRT flatbuffer's ops")
 
 __version__ = "0.1.0"
 

@@ -3,8 +3,7 @@
 from typing import Optional, Tuple
 
 import keras
-import tensorflow as tf
-from keras import activations
+from keras import activations, ops
 
 from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
@@ -23,7 +22,7 @@ WHOLE_SEQUENCE_NEEDED = (
 )
 
 _ELEMENTWISE = {
-    "concat": lambda f, b: tf.concat([f, b], axis=-1),
+    "concat": lambda f, b: ops.concatenate([f, b], axis=-1),
     "sum": lambda f, b: f + b,
     "mul": lambda f, b: f * b,
     "ave": lambda f, b: (f + b) / 2,
@@ -69,16 +68,14 @@ class DirectionalProjection(keras.layers.Layer):
         mask = forward_mask if forward_mask is not None else backward_mask
         if mask is None or len(outputs.shape) != 3:
             return outputs
-        return keras.ops.where(keras.ops.expand_dims(keras.ops.cast(mask, "bool"), -1), outputs, keras.ops.zeros_like(outputs))
+        return ops.where(ops.expand_dims(ops.cast(mask, "bool"), -1), outputs, ops.zeros_like(outputs))
 
     def compute_mask(self, forward, previous_mask=None):
         return previous_mask
 
     def contributions(self, forward, backward, with_bias=False):
         """V_f h_f + V_b h_b (+ c): the pre-activation the directions share."""
-        total = keras.ops.matmul(forward, self.forward_kernel) + keras.ops.matmul(
-            backward, self.backward_kernel
-        )
+        total = ops.matmul(forward, self.forward_kernel) + ops.matmul(backward, self.backward_kernel)
         return total + self.bias if with_bias else total
 
     def compute_output_shape(self, forward_shape, backward_shape):
@@ -137,8 +134,8 @@ def _reversed_copy(forward: Recurrent) -> Recurrent:
 
 
 def _cast_result(result: recurrence.DirectionResult, dtype) -> recurrence.DirectionResult:
-    outputs = None if result.outputs is None else tf.cast(result.outputs, dtype)
-    return recurrence.DirectionResult(outputs, [tf.cast(s, dtype) for s in result.final_states])
+    outputs = None if result.outputs is None else ops.cast(result.outputs, dtype)
+    return recurrence.DirectionResult(outputs, [ops.cast(s, dtype) for s in result.final_states])
 
 
 @keras_birnn_export("keras_birnn.Bidirectional")
@@ -204,10 +201,10 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
         self.initial_state = parse_initial_state(initial_state)
         # Directions and projection built here follow the wrapper's dtype
         # policy, so `dtype="float32"` under a mixed policy computes in float32.
-        self.forward = _as_recurrent(layer, False, self.initial_state, "forward", self.dtype_policy)
+        self.forward_layer = _as_recurrent(layer, False, self.initial_state, "forward", self.dtype_policy)
         if backward_layer is None:
-            backward_layer = _reversed_copy(self.forward)
-        self.backward = _as_recurrent(backward_layer, True, self.initial_state, "backward", self.dtype_policy)
+            backward_layer = _reversed_copy(self.forward_layer)
+        self.backward_layer = _as_recurrent(backward_layer, True, self.initial_state, "backward", self.dtype_policy)
         self.return_sequences = bool(return_sequences)
         self.return_state = bool(return_state)
         self.projection_units = projection_units
@@ -219,11 +216,11 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        self.forward.build(input_shape)
-        self.backward.build(input_shape)
+        self.forward_layer.build(input_shape)
+        self.backward_layer.build(input_shape)
         if self.projection is not None:
-            self.projection.build((None, self.forward.cell.units), (None, self.backward.cell.units))
-        self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: self.forward.cell.input_dim})
+            self.projection.build((None, self.forward_layer.cell.units), (None, self.backward_layer.cell.units))
+        self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: self.forward_layer.cell.input_dim})
 
     def call(self, inputs, mask=None, initial_state=None, training=None):
         inputs, mask = sequence_input(inputs, mask, self.name)
@@ -242,8 +239,8 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
 
     def run_directions(
         self,
-        inputs: tf.Tensor,
-        mask: Optional[tf.Tensor] = None,
+        inputs,
+        mask=None,
         initial_state=None,
         training: Optional[bool] = None,
         return_sequences: Optional[bool] = None,
@@ -270,8 +267,8 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
         forward_init, backward_init = self._split_initial_state(initial_state)
         return tuple(recurrence.run(
             [
-                self.forward.direction(inputs, mask, forward_init, training),
-                self.backward.direction(inputs, mask, backward_init, training),
+                self.forward_layer.direction(inputs, mask, forward_init, training),
+                self.backward_layer.direction(inputs, mask, backward_init, training),
             ],
             mask,
             self.return_sequences if return_sequences is None else return_sequences,
@@ -291,15 +288,15 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
             return _ELEMENTWISE[self.merge_mode](forward, backward)
         merged = self.projection(forward, backward)
         if mask is not None:
-            merged = tf.where(tf.expand_dims(mask, -1), merged, tf.zeros_like(merged))
+            merged = ops.where(ops.expand_dims(mask, -1), merged, ops.zeros_like(merged))
         return merged
 
     def _split_initial_state(self, initial_state):
         if initial_state is None:
             return None, None
         states = list(initial_state) if isinstance(initial_state, (list, tuple)) else [initial_state]
-        forward_count = self.forward.cell.state_count
-        expected = forward_count + self.backward.cell.state_count
+        forward_count = self.forward_layer.cell.state_count
+        expected = forward_count + self.backward_layer.cell.state_count
         if len(states) != expected:
             raise ValueError(
                 f"`initial_state` must be a list of {expected} tensors (forward states, then "
@@ -319,12 +316,12 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
         output_masks = [output_mask, output_mask] if self.merge_mode is None else [output_mask]
         if not self.return_state:
             return output_masks if self.merge_mode is None else output_mask
-        states = self.forward.cell.state_count + self.backward.cell.state_count
+        states = self.forward_layer.cell.state_count + self.backward_layer.cell.state_count
         return output_masks + [None] * states
 
     def compute_output_shape(self, input_shape):
         batch, time = input_shape[0], input_shape[1]
-        f_units, b_units = self.forward.cell.units, self.backward.cell.units
+        f_units, b_units = self.forward_layer.cell.units, self.backward_layer.cell.units
         width = {
             "concat": f_units + b_units,
             "projection": self.projection_units,
@@ -332,8 +329,8 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
         lead = (batch, time) if self.return_sequences else (batch,)
         outputs = [lead + (f_units,), lead + (b_units,)] if self.merge_mode is None else [lead + (width,)]
         if self.return_state:
-            outputs += [(batch, f_units)] * self.forward.cell.state_count
-            outputs += [(batch, b_units)] * self.backward.cell.state_count
+            outputs += [(batch, f_units)] * self.forward_layer.cell.state_count
+            outputs += [(batch, b_units)] * self.backward_layer.cell.state_count
             return outputs
         return outputs if self.merge_mode is None else outputs[0]
 
@@ -341,8 +338,8 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
         config = super().get_config()
         config.update(
             {
-                "layer": keras.saving.serialize_keras_object(self.forward),
-                "backward_layer": keras.saving.serialize_keras_object(self.backward),
+                "layer": keras.saving.serialize_keras_object(self.forward_layer),
+                "backward_layer": keras.saving.serialize_keras_object(self.backward_layer),
                 "merge_mode": self.merge_mode,
                 "projection_units": self.projection_units,
                 "projection_activation": (

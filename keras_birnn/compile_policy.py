@@ -46,13 +46,17 @@ seeded runs make the same choices and stay bitwise identical. Exports
 a layer met, how often, and which it compiled.
 """
 
+from __future__ import annotations
+
 import contextlib
 import threading
 from typing import Dict, List, Optional, Union
 
-import tensorflow as tf
-
+from keras_birnn import backend
 from keras_birnn.config import LoopConfig, configure_loops, loop_config
+
+if backend.IS_TENSORFLOW:  # the counts live in a TensorFlow table (the portable engine only notes plans)
+    import tensorflow as tf
 
 _FLAG = 1 << 62  # marks a shape's "compiled" entry
 _PROMOTED = -1  # the key counting the shapes compiled so far

@@ -1,8 +1,23 @@
-"""Masks and lengths: validation, conversion, and keeping padding inert."""
+"""Masks and lengths: validation, conversion, and keeping padding inert.
 
-from typing import Optional, Tuple
+Written in `keras.ops` for every backend. TensorFlow alone has ragged
+batches and shapes unknown until run time (a graph traced for any batch
+and time), which its branches below handle.
+"""
 
-import tensorflow as tf
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import keras
+from keras import ops
+
+from keras_birnn import backend
+
+if backend.IS_TENSORFLOW:
+    import tensorflow as tf
+
+Tensor = Any  # a tensor of the backend
 
 
 def validate_mask(mask, inputs) -> Optional[tf.Tensor]:
@@ -16,6 +31,8 @@ def validate_mask(mask, inputs) -> Optional[tf.Tensor]:
     """
     if mask is None:
         return None
+    if not backend.IS_TENSORFLOW:
+        return _validate_static_mask(mask, inputs)
     mask = tf.convert_to_tensor(mask)
     if mask.dtype != tf.bool and not mask.dtype.is_integer:
         raise TypeError(f"`mask` must be bool (or 0/1 integers), received dtype {mask.dtype.name}.")
@@ -42,13 +59,25 @@ def validate_mask(mask, inputs) -> Optional[tf.Tensor]:
     return mask if mask.dtype == tf.bool else tf.not_equal(mask, 0)
 
 
+def _validate_static_mask(mask, inputs) -> Tensor:
+    """`validate_mask` on JAX and PyTorch, where every shape is known."""
+    mask = ops.convert_to_tensor(mask)
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    if dtype != "bool" and "int" not in dtype:
+        raise TypeError(f"`mask` must be bool (or 0/1 integers), received dtype {dtype}.")
+    expected = tuple(inputs.shape[:2])
+    if tuple(mask.shape) != expected:
+        raise ValueError(f"`mask` must have shape [batch, time] = {expected}, received shape {tuple(mask.shape)}.")
+    return mask if dtype == "bool" else ops.not_equal(mask, 0)
+
+
 def dense_sequence_and_mask(inputs, mask):
     """`(inputs, mask)` with a `tf.RaggedTensor` batch `[batch, (time),
     features]` padded with zeros to its longest row, and the mask of its
     rows' lengths (combined with `mask`, which may be ragged too, as an
     `Embedding(mask_zero=True)` on ragged ids makes it). Dense inputs pass
     unchanged (a ragged mask is made dense)."""
-    if not isinstance(inputs, tf.RaggedTensor):
+    if not backend.is_ragged(inputs):
         return inputs, dense_mask(mask)
     return inputs.to_tensor(), ragged_mask(inputs, mask)
 
@@ -57,7 +86,7 @@ def ragged_mask(inputs, mask=None):
     """The mask `dense_sequence_and_mask` gives these inputs (for
     `compute_mask`: the layers' outputs are dense and carry it)."""
     mask = dense_mask(mask)
-    if not isinstance(inputs, tf.RaggedTensor):
+    if not backend.is_ragged(inputs):
         return mask
     if inputs.ragged_rank != 1 or inputs.shape.rank != 3:
         raise ValueError(
@@ -72,21 +101,24 @@ def ragged_mask(inputs, mask=None):
 
 def dense_mask(mask):
     """A ragged mask padded with False (zeros); others unchanged."""
-    if isinstance(mask, tf.RaggedTensor):
+    if backend.is_ragged(mask):
         return mask.to_tensor(default_value=tf.zeros([], mask.dtype))
     return mask
 
 
-def lengths_to_mask(lengths, max_length) -> tf.Tensor:
+def lengths_to_mask(lengths, max_length) -> Tensor:
     """Right-padding mask `[batch, max_length]` from per-row lengths.
 
     Lengths are clipped to `[0, max_length]` (a negative length gives an
     empty row, a too large one a full row), as in the serving signature.
     """
-    return tf.sequence_mask(lengths, max_length)
+    if backend.IS_TENSORFLOW:  # one op, which the exports' graphs keep
+        return tf.sequence_mask(lengths, max_length)
+    lengths = ops.cast(ops.convert_to_tensor(lengths), "int32")
+    return ops.less(ops.arange(max_length, dtype="int32"), ops.expand_dims(lengths, -1))
 
 
-def zero_padding(inputs, mask) -> tf.Tensor:
+def zero_padding(inputs, mask) -> Tensor:
     """Replaces padded positions by zeros.
 
     Anything in a padded slot, NaN included, must not reach a valid output or
@@ -95,36 +127,45 @@ def zero_padding(inputs, mask) -> tf.Tensor:
     """
     if mask is None:
         return inputs
-    return tf.where(tf.expand_dims(mask, -1), inputs, tf.zeros_like(inputs))
+    return ops.where(ops.expand_dims(mask, -1), inputs, ops.zeros_like(inputs))
 
 
-def reverse_within_lengths(sequences, lengths) -> tf.Tensor:
+def reverse_within_lengths(sequences, lengths) -> Tensor:
     """Reverses each row's first `lengths[b]` steps, leaving padding in place.
 
     Lengths are clipped to `[0, time]`, like `lengths_to_mask`'s.
     """
+    if not backend.IS_TENSORFLOW:
+        sequences = ops.convert_to_tensor(sequences)
+        time = ops.arange(sequences.shape[1], dtype="int32")[None, :]
+        lengths = ops.clip(ops.cast(ops.convert_to_tensor(lengths), "int32"), 0, sequences.shape[1])[:, None]
+        # Position t of a row reads position lengths - 1 - t inside the row, itself beyond it.
+        source = ops.where(time < lengths, lengths - 1 - time, time)
+        source = ops.reshape(source, tuple(source.shape) + (1,) * (len(sequences.shape) - 2))
+        return ops.take_along_axis(sequences, ops.broadcast_to(source, sequences.shape), axis=1)
     lengths = tf.cast(lengths, tf.int64)
     lengths = tf.clip_by_value(lengths, 0, tf.shape(sequences, out_type=tf.int64)[1])
     return tf.reverse_sequence(sequences, lengths, seq_axis=1, batch_axis=0)
 
 
-def check_sequence_input(inputs, layer_name: str) -> tf.Tensor:
+def check_sequence_input(inputs, layer_name: str) -> Tensor:
     """Inputs must be float `[batch, time, features]`."""
-    inputs = tf.convert_to_tensor(inputs)
-    if inputs.shape.rank != 3:
+    inputs = tf.convert_to_tensor(inputs) if backend.IS_TENSORFLOW else ops.convert_to_tensor(inputs)
+    if len(inputs.shape) != 3:
         raise ValueError(
             f"Layer {layer_name!r} expects inputs of rank 3 [batch, time, features], "
             f"received shape {inputs.shape}."
         )
-    if not inputs.dtype.is_floating:
+    dtype = keras.backend.standardize_dtype(inputs.dtype)
+    if "float" not in dtype:
         raise TypeError(
-            f"Layer {layer_name!r} expects float inputs, received dtype {inputs.dtype.name}. "
+            f"Layer {layer_name!r} expects float inputs, received dtype {dtype}. "
             "Embed integer tokens first (e.g. keras.layers.Embedding)."
         )
     return inputs
 
 
-def sequence_input(inputs, mask, layer_name: str) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
+def sequence_input(inputs, mask, layer_name: str) -> Tuple[Tensor, Optional[Tensor]]:
     """`(inputs, mask)` as a layer's `call` reads them: a ragged batch
     padded, its rows' lengths as the mask (`dense_sequence_and_mask`), the
     inputs checked (`check_sequence_input`), the mask checked against them
@@ -134,12 +175,12 @@ def sequence_input(inputs, mask, layer_name: str) -> Tuple[tf.Tensor, Optional[t
     return inputs, validate_mask(mask, inputs)
 
 
-def zero_empty_rows(output: tf.Tensor, mask: Optional[tf.Tensor], inputs: tf.Tensor) -> tf.Tensor:
+def zero_empty_rows(output: Tensor, mask: Optional[Tensor], inputs: Tensor) -> Tensor:
     """Zeros the sequence-level output of rows that have no valid step
     (fully masked rows, or every row of a zero-length sequence)."""
     if mask is None:
-        if inputs.shape[1] is not None and inputs.shape[1] > 0:
-            return output
-        return tf.where(tf.shape(inputs)[1] > 0, output, tf.zeros_like(output))
-    has_steps = tf.reduce_any(mask, axis=1, keepdims=True)
-    return tf.where(has_steps, output, tf.zeros_like(output))
+        if inputs.shape[1] is not None:
+            return output if inputs.shape[1] > 0 else ops.zeros_like(output)
+        return tf.where(tf.shape(inputs)[1] > 0, output, tf.zeros_like(output))  # (TensorFlow: time unknown)
+    has_steps = ops.any(mask, axis=1, keepdims=True)
+    return ops.where(has_steps, output, ops.zeros_like(output))

@@ -1,15 +1,20 @@
 """kb.Recurrent: one direction of a recurrence, a cell run by the loop."""
 
-from typing import Any, List, Optional, Sequence, Union
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from keras_birnn import compile_policy, recurrence
+from keras_birnn import backend, compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows, zero_padding
 from keras_birnn.serialization import attributes, deserialized, refuse_config
+
+if backend.IS_TENSORFLOW:  # run-time checks of shapes only a TensorFlow graph leaves unknown
+    import tensorflow as tf
 
 # Constructor arguments that Recurrent and Bidirectional share and keep as they are.
 SEQUENCE_ARGUMENTS = ("return_sequences", "return_state", "initial_state")
@@ -69,8 +74,8 @@ class LearnedBoundaryState(keras.layers.Layer):
             for k in range(self.count)
         ]
 
-    def broadcast(self, batch_size, dtype) -> List[tf.Tensor]:
-        return [tf.broadcast_to(tf.cast(s, dtype), [batch_size, self.units]) for s in self.states]
+    def broadcast(self, batch_size, dtype) -> list:
+        return [ops.broadcast_to(ops.cast(s, dtype), [batch_size, self.units]) for s in self.states]
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -168,7 +173,7 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
 
     # --- the pieces Bidirectional shares -----------------------------------
 
-    def initial_states(self, batch_size, dtype, given=None) -> List[tf.Tensor]:
+    def initial_states(self, batch_size, dtype, given=None) -> list:
         count = self.cell.state_count
         if given is not None:
             given = list(given) if isinstance(given, (list, tuple)) else [given]
@@ -177,21 +182,21 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
                     f"`initial_state` must be a list of {count} tensors [batch, {self.cell.units}] "
                     f"for {type(self.cell).__name__}, received {len(given)}."
                 )
-            return [self._check_state(tf.cast(s, dtype), batch_size) for s in given]
+            return [self._check_state(ops.cast(s, dtype), batch_size) for s in given]
         if self.boundary is not None:
             return self.boundary.broadcast(batch_size, dtype)
         value = 0.0 if self.initial_state == "zeros" else self.initial_state
-        return [tf.fill([batch_size, self.cell.units], tf.cast(value, dtype)) for _ in range(count)]
+        return [ops.full([batch_size, self.cell.units], value, dtype) for _ in range(count)]
 
     def _check_state(self, state, batch_size):
-        if state.shape.rank != 2 or state.shape[-1] not in (None, self.cell.units):
+        if len(state.shape) != 2 or state.shape[-1] not in (None, self.cell.units):
             raise ValueError(
                 f"Each initial state must have shape [batch, {self.cell.units}], "
                 f"received shape {state.shape}."
             )
         # The batch must be the inputs' (a wrong one used to fail deep in the
         # XLA loop, "Incompatible shapes" or "loop body do not match").
-        batch = tf.get_static_value(batch_size)
+        batch = tf.get_static_value(batch_size) if backend.IS_TENSORFLOW else batch_size
         if batch is not None and state.shape[0] is not None:
             if state.shape[0] != batch:
                 raise ValueError(
@@ -212,8 +217,8 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
         """This layer's recurrence as a loop-ready `recurrence.Direction`."""
         cell = self.cell
         dtype = self.compute_dtype
-        inputs = tf.cast(zero_padding(inputs, mask), dtype)
-        batch_size = tf.shape(inputs)[0]
+        inputs = ops.cast(zero_padding(inputs, mask), dtype)
+        batch_size = ops.shape(inputs)[0]
         weights = cell.step_weights(dtype)
         input_mask, state_mask = cell.dropout_masks(batch_size, dtype, training)
         if input_mask is not None:

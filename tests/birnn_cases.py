@@ -112,7 +112,7 @@ class Case:
         """
         bi = self.layer
         names, variables = [], []
-        for side, rec in (("fw", bi.forward), ("bw", bi.backward)):
+        for side, rec in (("fw", bi.forward_layer), ("bw", bi.backward_layer)):
             for k in ("kernel", "recurrent_kernel", "bias"):
                 names.append((side, k))
                 variables.append(getattr(rec.cell, k))
@@ -224,7 +224,7 @@ def make_case(
     layer.build((None, None, F))
     if set_weights:
         if initial_state == "learned":
-            for rec, params in ((layer.forward, fw), (layer.backward, bw)):
+            for rec, params in ((layer.forward_layer, fw), (layer.backward_layer, bw)):
                 for k in ("kernel", "recurrent_kernel", "bias"):
                     getattr(rec.cell, k).assign(params[k])
             if projection is not None:

@@ -156,7 +156,7 @@ def test_learned_initial_state(cell_name, merge_name):
     every row, gradients = the oracle's boundary gradients summed over batch."""
     case = make_case(cell_name, merge_name, seed=6, return_sequences=True, initial_state="learned")
     bi = case.layer
-    fw_vars, bw_vars = bi.forward.boundary.states, bi.backward.boundary.states
+    fw_vars, bw_vars = bi.forward_layer.boundary.states, bi.backward_layer.boundary.states
     assert len(fw_vars) == len(bw_vars) == case.n_states
     # Learned states are trainable weights of the layer.
     trainable = {id(v) for v in bi.trainable_variables}
@@ -407,7 +407,7 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     def carried(**cell_kwargs):
         layer = kb.Bidirectional(kb.LSTMCell(U, **cell_kwargs), return_sequences=True)
         layer.build((None, None, 3))
-        assert layer.forward.cell.step_math().materialize_saved == (not cell_kwargs)
+        assert layer.forward_layer.cell.step_math().materialize_saved == (not cell_kwargs)
         return _training_loop_variables(layer)
 
     loop_settings(xla=True)
@@ -565,12 +565,12 @@ def test_backward_layer_of_another_cell_in_a_graph(pattern):
             tape.watch(x)
             y = layer(x, mask=mask, training=True)
             loss = tf.reduce_sum(y * weights)
-        return y, tape.gradient(loss, [x] + layer.forward.trainable_variables + backward.trainable_variables)
+        return y, tape.gradient(loss, [x] + layer.forward_layer.trainable_variables + backward.trainable_variables)
 
     y, grads = run(x, mask)
-    out_f, _ = ref.run_direction("gru", cell_params(layer.forward.cell), x, mask)
+    out_f, _ = ref.run_direction("gru", cell_params(layer.forward_layer.cell), x, mask)
     out_b, _ = ref.run_direction("lstm", cell_params(backward.cell), x, mask, reverse=True)
-    g_f = ref.direction_grads("gru", cell_params(layer.forward.cell), x, weights, mask)
+    g_f = ref.direction_grads("gru", cell_params(layer.forward_layer.cell), x, weights, mask)
     g_b = ref.direction_grads("lstm", cell_params(backward.cell), x, weights, mask, reverse=True)
     expected = [g_f["x"] + g_b["x"]] + [g[k] for g in (g_f, g_b) for k in ("kernel", "recurrent_kernel", "bias")]
     assert_all_close(to_numpy(y), out_f + out_b)
@@ -585,14 +585,14 @@ def test_directions_are_independent_copies():
     right to left, and a given `backward_layer` is used as is."""
     bi = kb.Bidirectional(kb.GRUCell(U))
     bi.build((None, None, 3))
-    assert bi.forward.cell is not bi.backward.cell
-    assert not bi.forward.reverse and bi.backward.reverse
-    assert not np.allclose(bi.forward.cell.kernel.numpy(), bi.backward.cell.kernel.numpy())
+    assert bi.forward_layer.cell is not bi.backward_layer.cell
+    assert not bi.forward_layer.reverse and bi.backward_layer.reverse
+    assert not np.allclose(bi.forward_layer.cell.kernel.numpy(), bi.backward_layer.cell.kernel.numpy())
     backward = kb.Recurrent(kb.LSTMCell(U), reverse=True)
     mixed = kb.Bidirectional(kb.GRUCell(U), backward_layer=backward, return_sequences=True, merge_mode="sum")
-    assert mixed.backward is backward
+    assert mixed.backward_layer is backward
     mixed.build((None, None, 3))
     x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)
-    out_f, _ = ref.run_direction("gru", cell_params(mixed.forward.cell), x)
+    out_f, _ = ref.run_direction("gru", cell_params(mixed.forward_layer.cell), x)
     out_b, _ = ref.run_direction("lstm", cell_params(backward.cell), x, reverse=True)
     np.testing.assert_allclose(mixed(x), out_f + out_b, atol=1e-5)

@@ -74,7 +74,7 @@ def test_unknown_length_is_exact(cell_name, steps, masked):
     assert_all_close([np.asarray(o) for o in outputs], expected_outputs)
 
     # The oracle's BPTT of the same loss, direction by direction.
-    units = case.layer.forward.cell.units
+    units = case.layer.forward_layer.cell.units
     d_sequence = 3.0 * np.cos(3.0 * expected_outputs[0])
     d_final = [np.ones((B, units))] * case.n_states
     expected_x, expected_weights = 0.0, []

@@ -16,7 +16,7 @@ import keras_birnn as kb
 
 def _all_cells(layer):
     bidirectionals = layer.bidirectionals if hasattr(layer, "bidirectionals") else [layer]
-    return [d.cell for bi in bidirectionals for d in (bi.forward, bi.backward)]
+    return [d.cell for bi in bidirectionals for d in (bi.forward_layer, bi.backward_layer)]
 
 
 def _assert_all_differ(arrays):

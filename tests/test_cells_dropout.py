@@ -35,7 +35,7 @@ def _dropout_case(cell_name):
 def _fix_masks(case):
     """Draws each direction's masks once; the cells then keep returning them."""
     masks = []
-    for recurrent in (case.layer.forward, case.layer.backward):
+    for recurrent in (case.layer.forward_layer, case.layer.backward_layer):
         cell = recurrent.cell
         drawn = tuple(np.asarray(m) for m in cell.dropout_masks(B, tf.float32, training=True))
         cell.dropout_masks = lambda batch_size, dtype, training, drawn=drawn: (

@@ -41,7 +41,7 @@ def test_registered_function_named_like_a_built_in_saves_as_itself(tmp_path):
     model = _model(kb.GRUCell(4, activation=swish, recurrent_activation=swish))
     x = np.random.default_rng(0).normal(size=(2, 5, 3)).astype("float32") * 3
     loaded = keras_round_trip(model, str(tmp_path / "swish.keras"), x)
-    assert loaded.layers[1].backward.cell.activation is swish
+    assert loaded.layers[1].backward_layer.cell.activation is swish
     keras_swish = _model(kb.GRUCell(4))
     keras_swish.set_weights(model.get_weights())
     assert np.abs(keras_swish.predict(x, verbose=0) - model.predict(x, verbose=0)).max() > 1e-2

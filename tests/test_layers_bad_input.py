@@ -314,7 +314,7 @@ def test_zero_length_sequences_pass_call_time_and_learned_states_through():
 
     bi = kb.Bidirectional(kb.GRUCell(U), initial_state="learned", return_state=True)
     bi.build((None, None, F))
-    states = [bi.forward.boundary.states[0], bi.backward.boundary.states[0]]
+    states = [bi.forward_layer.boundary.states[0], bi.backward_layer.boundary.states[0]]
     for s in states:
         s.assign(RNG.normal(size=(U,)).astype(np.float32))
     d_f, d_b = RNG.normal(size=(B, U)).astype(np.float32), RNG.normal(size=(B, U)).astype(np.float32)

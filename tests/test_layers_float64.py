@@ -26,7 +26,7 @@ ATOL, RTOL = 1e-11, 1e-9
 @pytest.mark.parametrize("cell_name", list(CELLS))
 def test_outputs_and_gradients_match_the_oracle_to_float64_precision(float64_policy, cell_name, graph):
     case = make_case(cell_name, "projection_softmax", return_state=True)
-    assert case.layer.forward.cell.kernel.dtype == "float64"
+    assert case.layer.forward_layer.cell.kernel.dtype == "float64"
     outputs = case.layer(tf.constant(case.x, tf.float64), mask=MASK)
     assert {t.dtype for t in keras.tree.flatten(outputs)} == {tf.float64}
     assert_all_close(to_numpy(outputs), case.oracle(MASK), atol=ATOL, rtol=RTOL)

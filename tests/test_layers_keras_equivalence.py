@@ -102,13 +102,13 @@ def test_weights_have_keras_shapes_and_order(cell_name):
     assert leaf(fresh) == leaf(theirs) == ["kernel", "recurrent_kernel", "bias"] * 2
     assert all("forward" in w.path for w in fresh.weights[:3])
     assert all("backward" in w.path for w in fresh.weights[3:])
-    # set_weights round trips exactly, and `bi.forward` / `bi.backward` hold them.
+    # set_weights round trips exactly, and `bi.forward_layer` / `bi.backward_layer` hold them.
     for a, b in zip(ours.get_weights(), theirs.get_weights()):
         np.testing.assert_array_equal(a, b)
     theirs_fw = theirs.forward_layer.cell
-    np.testing.assert_array_equal(ours.forward.cell.kernel.numpy(), theirs_fw.kernel.numpy())
+    np.testing.assert_array_equal(ours.forward_layer.cell.kernel.numpy(), theirs_fw.kernel.numpy())
     np.testing.assert_array_equal(
-        ours.backward.cell.recurrent_kernel.numpy(), theirs.backward_layer.cell.recurrent_kernel.numpy()
+        ours.backward_layer.cell.recurrent_kernel.numpy(), theirs.backward_layer.cell.recurrent_kernel.numpy()
     )
     # Same parameter count as Keras.
     assert fresh.count_params() == theirs.count_params()

@@ -199,7 +199,7 @@ def test_wrapper_dtype_governs_its_directions(float16_policy):
                              initial_state="learned", dtype="float32")  # _lstm_projection's twin
     layer.build((None, None, F))
     layer.set_weights(weights)
-    assert {layer.forward.compute_dtype, layer.backward.compute_dtype, layer.projection.compute_dtype} == {"float32"}
+    assert {layer.forward_layer.compute_dtype, layer.backward_layer.compute_dtype, layer.projection.compute_dtype} == {"float32"}
     np.testing.assert_allclose(layer(x, mask=mask), reference(x, mask=mask), atol=1e-6, rtol=1e-6)
 
     def recurrent_pair():
@@ -211,7 +211,7 @@ def test_wrapper_dtype_governs_its_directions(float16_policy):
     mixed.build((None, None, F))
     mixed.set_weights(pair_weights)
     outputs, expected = mixed(x, mask=mask), twin(x, mask=mask)
-    assert mixed.forward.compute_dtype == LOW[policy]
+    assert mixed.forward_layer.compute_dtype == LOW[policy]
     assert len(outputs) == len(expected) == 3
     for got, want in zip(outputs, expected):
         assert got.dtype == tf.float32

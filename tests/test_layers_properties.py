@@ -258,7 +258,7 @@ def test_reversal_symmetry(ex, return_sequences):
 
 def _variables(bi):
     variables = []
-    for rec in (bi.forward, bi.backward):
+    for rec in (bi.forward_layer, bi.backward_layer):
         variables += [v for v in (rec.cell.kernel, rec.cell.recurrent_kernel, rec.cell.bias) if v is not None]
     if bi.projection is not None:
         variables += [bi.projection.forward_kernel, bi.projection.backward_kernel, bi.projection.bias]

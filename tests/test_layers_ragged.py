@@ -48,7 +48,7 @@ def test_gradients_match_the_oracle():
     case = make_case("lstm", "concat")
     d_output = case.random_d_output()
     layer = case.layer
-    variables = [getattr(r.cell, k) for r in (layer.forward, layer.backward)
+    variables = [getattr(r.cell, k) for r in (layer.forward_layer, layer.backward_layer)
                  for k in ("kernel", "recurrent_kernel", "bias")]
     x = tf.constant(case.x)
     with tf.GradientTape() as tape:

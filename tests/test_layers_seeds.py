@@ -34,8 +34,8 @@ def _set_c_weights(recurrent, w_x, w_h):
 def _program_092(merge_mode):
     bi = kb.Bidirectional(kb.SimpleRNNCell(2), merge_mode=merge_mode, return_sequences=True)
     bi.build((None, None, 1))
-    _set_c_weights(bi.forward, [0.5, -0.3], [[0.4, 0.1], [-0.1, 0.4]])
-    _set_c_weights(bi.backward, [-0.2, 0.6], [[0.3, -0.1], [0.2, 0.3]])
+    _set_c_weights(bi.forward_layer, [0.5, -0.3], [[0.4, 0.1], [-0.1, 0.4]])
+    _set_c_weights(bi.backward_layer, [-0.2, 0.6], [[0.3, -0.1], [0.2, 0.3]])
     return bi
 
 
@@ -85,8 +85,8 @@ def _program_094():
         return_sequences=True,
     )
     bi.build((None, None, 1))
-    _set_c_weights(bi.forward, [0.5, -0.3, 0.2], [[0.3, 0.1, 0], [0, 0.3, 0.1], [0.1, 0, 0.3]])
-    _set_c_weights(bi.backward, [-0.2, 0.4, 0.1], [[0.3, 0, -0.1], [0.1, 0.3, 0], [0, 0.1, 0.3]])
+    _set_c_weights(bi.forward_layer, [0.5, -0.3, 0.2], [[0.3, 0.1, 0], [0, 0.3, 0.1], [0.1, 0, 0.3]])
+    _set_c_weights(bi.backward_layer, [-0.2, 0.4, 0.1], [[0.3, 0, -0.1], [0.1, 0.3, 0], [0, 0.1, 0.3]])
     bi.projection.forward_kernel.assign(W_OUT[:, :3].T)
     bi.projection.backward_kernel.assign(W_OUT[:, 3:].T)
     return bi

@@ -119,7 +119,7 @@ def test_bidirectional_config_round_trip(name):
     clone = _clone(layer, (None, None, F))
     expected = to_numpy(layer(X, mask=MASK))
     assert_all_close(clone(X, mask=MASK), expected, atol=0, rtol=0)
-    assert type(clone.backward.cell) is type(layer.backward.cell)
+    assert type(clone.backward_layer.cell) is type(layer.backward_layer.cell)
     for attribute in ("merge_mode", "initial_state", "return_sequences", "return_state", "projection_units"):
         assert getattr(clone, attribute) == getattr(layer, attribute), attribute
     if layer.projection is not None:

@@ -29,7 +29,7 @@ def _with_garbage(x, mask, values):
 def _outputs(layer, x, mask=None):
     """(merged output(s) as a list, forward states, backward states)."""
     y = to_numpy(layer(x, mask=mask))
-    n = layer.forward.cell.state_count
+    n = layer.forward_layer.cell.state_count
     n_out = len(y) - 2 * n
     return y[:n_out], y[n_out:n_out + n], y[n_out + n:]
 

@@ -63,7 +63,7 @@ def test_gradients_equal_the_reshape_route(training):
     case, x = _case("gru_reset_before")
     nested = kb.NestedEncoder(case.layer)
     mask = _nested_mask()
-    d_out = case.rng.normal(size=(2, ITEMS, 2 * case.layer.forward.cell.units)).astype(np.float32)
+    d_out = case.rng.normal(size=(2, ITEMS, 2 * case.layer.forward_layer.cell.units)).astype(np.float32)
 
     def reshaped(x, m):
         flat = case.layer(tf.reshape(x, [-1, ELEMENTS, F]), mask=tf.reshape(m, [-1, ELEMENTS]), training=training)

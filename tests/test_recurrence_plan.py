@@ -136,7 +136,7 @@ def test_a_run_with_no_count_runs_compiled_loops():
     run, `kb.inspect`), XLA-compiled outright."""
     case = make_case("gru_reset_after")
     bi, x, mask = case.layer, tf.constant(case.x), tf.constant(MASK)
-    directions = [bi.forward.direction(x, mask), bi.backward.direction(x, mask)]
+    directions = [bi.forward_layer.direction(x, mask), bi.backward_layer.direction(x, mask)]
     flat = recurrence.layout._flatten(directions)
     call_plan = recurrence.plan.plan(directions, flat, mask, True, False, counted=False)
     assert call_plan.describe() == _plan("compiled xla compiled-function eager all none static one-loop recompute")

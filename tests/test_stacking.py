@@ -25,7 +25,7 @@ def test_seed_exercise_two_stacked_bigrus():
     assert second_params == 74_112
     assert table.total_params == stack.count_params() == 37_248 + 74_112
     assert stack.compute_output_shape((None, None, 32)) == (None, None, 128)
-    assert all(not bi.forward.cell.reset_after for bi in stack.bidirectionals)
+    assert all(not bi.forward_layer.cell.reset_after for bi in stack.bidirectionals)
     printed = str(table)
     for text in ("bidirectional_0", "bidirectional_1", "37,248", "74,112", "111,360"):
         assert text in printed, printed
@@ -155,7 +155,7 @@ def test_residual_rules():
 def test_dropout_between_layers_only_in_training():
     stack, oracle = stack_with_oracle("gru", (4, 4), dropout=0.5, recurrent_dropout=0.3)
     assert len(stack.dropouts) == 1  # between the two layers, not before or after
-    assert all(bi.forward.cell.recurrent_dropout == 0.3 for bi in stack.bidirectionals)
+    assert all(bi.forward_layer.cell.recurrent_dropout == 0.3 for bi in stack.bidirectionals)
     x = padded_inputs(seed=2)
     expected = oracle(x, MASK)
     assert_all_close(stack(x, mask=MASK), expected, atol=3e-5)
@@ -171,13 +171,13 @@ def test_cell_template_and_config():
     # layers of one cell type but different widths share a compiled loop).
     stack = kb.stacked_bidirectional(template, units=(3, 3), merge_mode="mul", name="encoder")
     stack.build((None, None, F))
-    cells = [bi.forward.cell for bi in stack.bidirectionals] + [bi.backward.cell for bi in stack.bidirectionals]
+    cells = [bi.forward_layer.cell for bi in stack.bidirectionals] + [bi.backward_layer.cell for bi in stack.bidirectionals]
     assert [c.units for c in cells] == [3, 3, 3, 3]
     assert all(not c.reset_after and c.activation is keras.activations.relu for c in cells)
     assert [(row["input_width"], row["output_width"]) for row in stack.summary_table()] == [(F, 3), (3, 3)]
     # cell kwargs override the template's configuration.
     tanh = kb.stacked_bidirectional(template, units=(3,), activation="tanh")
-    assert tanh.bidirectionals[0].forward.cell.activation is keras.activations.tanh
+    assert tanh.bidirectionals[0].forward_layer.cell.activation is keras.activations.tanh
     # get_config / from_config rebuild the same stack, weights aside.
     clone = kb.StackedBidirectional.from_config(stack.get_config())
     clone.build((None, None, F))
@@ -260,7 +260,7 @@ def test_dtype_reaches_every_layer():
     assert stack.dtype_policy.name == "mixed_bfloat16"
     for layer in stack.bidirectionals:
         assert layer.dtype_policy.name == "mixed_bfloat16"
-        assert layer.forward.compute_dtype == "bfloat16"
+        assert layer.forward_layer.compute_dtype == "bfloat16"
         assert all(w.dtype == "float32" for w in layer.weights)
     x = padded_inputs(seed=8)
     expected = oracle(x, MASK)

@@ -8,8 +8,7 @@ cell's pure step maths (`step_math()`, a `cells.step_math.StepMath`).
 from typing import Any, Optional, Sequence
 
 import keras
-import tensorflow as tf
-from keras import activations, constraints, initializers, regularizers
+from keras import activations, constraints, initializers, ops, regularizers
 
 from keras_birnn.cells.step_math import StepMath
 from keras_birnn.functions import serialize_activation
@@ -205,10 +204,10 @@ class RecurrentCell(keras.layers.Layer):
     def step_weights(self, dtype=None) -> dict:
         """The weights as tensors of the compute dtype, for the pure functions."""
         dtype = dtype or self.compute_dtype
-        bias = None if self.bias is None else tf.cast(self.bias, dtype)
+        bias = None if self.bias is None else ops.cast(self.bias, dtype)
         return {
-            "kernel": tf.cast(self.kernel, dtype),
-            "recurrent_kernel": tf.cast(self.recurrent_kernel, dtype),
+            "kernel": ops.cast(self.kernel, dtype),
+            "recurrent_kernel": ops.cast(self.recurrent_kernel, dtype),
             "input_bias": None if bias is None else self.input_bias(bias),
             "recurrent_bias": None if bias is None else self.recurrent_bias(bias),
         }
@@ -216,7 +215,7 @@ class RecurrentCell(keras.layers.Layer):
     @staticmethod
     def input_projection(inputs, kernel, input_bias):
         """`inputs @ kernel + input_bias` for one step `[batch, features]`."""
-        projected = tf.matmul(inputs, kernel)
+        projected = ops.matmul(inputs, kernel)
         return projected if input_bias is None else projected + input_bias
 
     def step_math(self) -> StepMath:
@@ -240,13 +239,13 @@ class RecurrentCell(keras.layers.Layer):
         input_mask = state_mask = None
         if training and self.dropout > 0:
             input_mask = keras.random.dropout(
-                tf.ones([batch_size, self.input_dim], dtype),
+                ops.ones([batch_size, self.input_dim], dtype),
                 rate=self.dropout,
                 seed=self.seed_generator,
             )
         if training and self.recurrent_dropout > 0:
             state_mask = keras.random.dropout(
-                tf.ones([batch_size, self.units], dtype),
+                ops.ones([batch_size, self.units], dtype),
                 rate=self.recurrent_dropout,
                 seed=self.seed_generator,
             )
@@ -264,7 +263,7 @@ class RecurrentCell(keras.layers.Layer):
         """
         states = list(states) if isinstance(states, (list, tuple)) else [states]
         weights = self.step_weights()
-        input_mask, state_mask = self.dropout_masks(tf.shape(inputs)[0], inputs.dtype, training)
+        input_mask, state_mask = self.dropout_masks(ops.shape(inputs)[0], inputs.dtype, training)
         if input_mask is not None:
             inputs = inputs * input_mask
         projected = self.input_projection(inputs, weights["kernel"], weights["input_bias"])
@@ -278,7 +277,7 @@ class RecurrentCell(keras.layers.Layer):
         return new_states[0], list(new_states)
 
     def get_initial_state(self, batch_size=None):
-        return [tf.zeros([batch_size, self.units], self.compute_dtype) for _ in range(self.state_count)]
+        return [ops.zeros([batch_size, self.units], self.compute_dtype) for _ in range(self.state_count)]
 
     def clone_config(self, salt: int = 0) -> dict:
         """`get_config()` for a copy made in this process (the other

@@ -1,17 +1,28 @@
-"""Derivatives of elementwise activations, for the hand-written BPTT."""
+"""Derivatives of elementwise activations, for the hand-written BPTT.
 
-import tensorflow as tf
+`activation_name` serves every backend (which activations a step may keep
+outputs of); the derivatives themselves run on the TensorFlow engine only.
+"""
+
 from keras import activations, ops
+
+from keras_birnn import backend
+
+if backend.IS_TENSORFLOW:
+    import tensorflow as tf
 
 # The functions known by name, matched by identity: Keras serialises any
 # plain function by its `__name__`, so a user's own `def tanh(x): return
 # 2 * tf.tanh(x)` would pass for Keras's tanh and get tanh's derivative.
 _KNOWN = {
-    "tanh": (activations.tanh, ops.tanh, tf.math.tanh),
-    "sigmoid": (activations.sigmoid, ops.sigmoid, tf.math.sigmoid),
+    "tanh": (activations.tanh, ops.tanh),
+    "sigmoid": (activations.sigmoid, ops.sigmoid),
     "linear": (activations.linear,),
-    "relu": (activations.relu, ops.relu, tf.nn.relu),
+    "relu": (activations.relu, ops.relu),
 }
+if backend.IS_TENSORFLOW:
+    for _name, _function in (("tanh", tf.math.tanh), ("sigmoid", tf.math.sigmoid), ("relu", tf.nn.relu)):
+        _KNOWN[_name] += (_function,)
 
 
 def activation_name(activation) -> str:

@@ -1,14 +1,20 @@
 """GRU cell in both reset conventions, gates in Keras's order z, r, h."""
 
+from __future__ import annotations
+
 from typing import NamedTuple
 
-import tensorflow as tf
-from keras import activations
+from keras import activations, ops
+
+from keras_birnn import backend
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.cells.derivatives import backprop, differentiates_from_output
 from keras_birnn.cells.step_math import column_sum
+
+if backend.IS_TENSORFLOW:  # the hand-written BPTT (`backward`) runs on the TensorFlow engine only
+    import tensorflow as tf
 
 
 class GRUMath(NamedTuple):
@@ -49,12 +55,12 @@ class GRUMath(NamedTuple):
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h = states[0]
         h_in = h if state_mask is None else h * state_mask
-        x_z, x_r, x_h = tf.split(projected, 3, axis=-1)
+        x_z, x_r, x_h = ops.split(projected, 3, axis=-1)
         if self.reset_after:
-            recurrent = tf.matmul(h_in, recurrent_kernel)
+            recurrent = ops.matmul(h_in, recurrent_kernel)
             if recurrent_bias is not None:
                 recurrent = recurrent + recurrent_bias
-            h_z, h_r, h_h = tf.split(recurrent, 3, axis=-1)
+            h_z, h_r, h_h = ops.split(recurrent, 3, axis=-1)
             pre_z, pre_r = x_z + h_z, x_r + h_r
             r = self.recurrent_activation(pre_r)
             pre_c = x_h + r * h_h
@@ -62,15 +68,15 @@ class GRUMath(NamedTuple):
         else:
             units = recurrent_kernel.shape[0]
             gate_kernel, candidate_kernel = recurrent_kernel[:, : 2 * units], recurrent_kernel[:, 2 * units :]
-            h_z, h_r = tf.split(tf.matmul(h_in, gate_kernel), 2, axis=-1)
+            h_z, h_r = ops.split(ops.matmul(h_in, gate_kernel), 2, axis=-1)
             pre_z, pre_r = x_z + h_z, x_r + h_r
             r = self.recurrent_activation(pre_r)
-            pre_c = x_h + tf.matmul(r * h_in, candidate_kernel)
+            pre_c = x_h + ops.matmul(r * h_in, candidate_kernel)
             extra = []
         z = self.recurrent_activation(pre_z)
         candidate = self.activation(pre_c)
         kept = [z, r, candidate] if self._saves_activations else [pre_z, pre_r, pre_c]
-        return [z * h + (1.0 - z) * candidate], tf.concat(kept + extra, axis=-1)
+        return [z * h + (1.0 - z) * candidate], ops.concatenate(kept + extra, axis=-1)
 
     def _gates(self, saved):
         """((z, r, candidate), their pre-activations or Nones, the candidate's

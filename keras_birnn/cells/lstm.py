@@ -1,14 +1,20 @@
 """LSTM cell, gates in Keras's order i, f, c, o; states (h, c)."""
 
+from __future__ import annotations
+
 from typing import NamedTuple
 
-import tensorflow as tf
-from keras import activations, initializers
+from keras import activations, initializers, ops
+
+from keras_birnn import backend
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.cells.derivatives import activation_name, backprop
 from keras_birnn.cells.step_math import records_are_input_gradient, summed_kernel_gradient
+
+if backend.IS_TENSORFLOW:  # the hand-written BPTT (`backward`) runs on the TensorFlow engine only
+    import tensorflow as tf
 
 
 class LSTMMath(NamedTuple):
@@ -42,9 +48,9 @@ class LSTMMath(NamedTuple):
         one-tanh path has no pre-activations (Nones: tanh and sigmoid
         differentiate from their outputs)."""
         if self._one_tanh:
-            t_i, t_f, g, t_o = tf.split(saved, 4, axis=-1)
+            t_i, t_f, g, t_o = ops.split(saved, 4, axis=-1)
             return [None] * 4, (0.5 + 0.5 * t_i, 0.5 + 0.5 * t_f, g, 0.5 + 0.5 * t_o)
-        pre = tf.split(saved, 4, axis=-1)
+        pre = ops.split(saved, 4, axis=-1)
         i, f, o = (self.recurrent_activation(pre[k]) for k in (0, 1, 3))
         return pre, (i, f, self.activation(pre[2]), o)
 
@@ -61,9 +67,9 @@ class LSTMMath(NamedTuple):
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h, c = states
         h_in = h if state_mask is None else h * state_mask
-        saved = projected + tf.matmul(h_in, recurrent_kernel)
+        saved = projected + ops.matmul(h_in, recurrent_kernel)
         if self._one_tanh:
-            saved = tf.tanh(saved * _half_for_sigmoid_gates(recurrent_kernel.shape[0], saved.dtype))
+            saved = ops.tanh(saved * _half_for_sigmoid_gates(recurrent_kernel.shape[0], saved.dtype))
         _, (i, f, g, o) = self._gates(saved)
         c_new = f * c + i * g
         return [o * self.activation(c_new), c_new], saved
@@ -98,8 +104,8 @@ class LSTMMath(NamedTuple):
 
 def _half_for_sigmoid_gates(units: int, dtype):
     """Column scales `[4U]`: 1/2 for the sigmoid gates i, f, o, 1 for c."""
-    half = tf.fill([units], tf.constant(0.5, dtype))
-    return tf.concat([half, half, tf.ones([units], dtype), half], 0)
+    half = ops.full([units], 0.5, dtype)
+    return ops.concatenate([half, half, ops.ones([units], dtype), half], 0)
 
 
 class _ForgetGateOnes(initializers.Initializer):
@@ -112,7 +118,7 @@ class _ForgetGateOnes(initializers.Initializer):
     def __call__(self, shape, dtype=None):
         u = self.units
         base = self.base((u,), dtype=dtype)
-        return tf.concat([base, tf.ones((u,), dtype), self.base((2 * u,), dtype=dtype)], 0)
+        return ops.concatenate([base, ops.ones((u,), dtype), self.base((2 * u,), dtype=dtype)], 0)
 
 
 @keras_birnn_export("keras_birnn.LSTMCell")

@@ -1,13 +1,20 @@
 """Simple RNN cell: h_t = σ(x_t U + h_{t-1} W + b) (BRNN, formal definition)."""
 
+from __future__ import annotations
+
 from typing import NamedTuple
 
-import tensorflow as tf
+from keras import ops
+
+from keras_birnn import backend
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.cells.derivatives import backprop, differentiates_from_output
 from keras_birnn.cells.step_math import records_are_input_gradient, summed_kernel_gradient
+
+if backend.IS_TENSORFLOW:  # the hand-written BPTT (`backward`) runs on the TensorFlow engine only
+    import tensorflow as tf
 
 
 class SimpleRNNMath(NamedTuple):
@@ -42,7 +49,7 @@ class SimpleRNNMath(NamedTuple):
 
     def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
         h_in = states[0] if state_mask is None else states[0] * state_mask
-        pre = projected + tf.matmul(h_in, recurrent_kernel)
+        pre = projected + ops.matmul(h_in, recurrent_kernel)
         output = self.activation(pre)
         return [output], output if self._saves_activation else pre
 

@@ -5,11 +5,21 @@ A cell's `step_math()` returns an object the loop (`keras_birnn.recurrence`)
 runs forward and backward over time; `StepMath` is what the loop relies on,
 so the loop never probes an object for optional parts. The step maths is a
 hashable value (a `NamedTuple`): compiled loops are cached on it.
+
+`forward` is written in `keras.ops` and runs on every backend (the portable
+engine, `recurrence.portable`, differentiates it by the backend's
+autodiff); `backward` and the bulk gradients are the TensorFlow engine's
+hand-written BPTT and run on TensorFlow only.
 """
 
-from typing import List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from __future__ import annotations
 
-import tensorflow as tf
+from typing import Any, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+from keras_birnn import backend
+
+if backend.IS_TENSORFLOW:
+    import tensorflow as tf
 
 
 @runtime_checkable

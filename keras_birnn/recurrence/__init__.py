@@ -1,5 +1,8 @@
 """The loop: runs cells' step maths over time, one or several directions at once.
 
+Two engines: on TensorFlow, the TensorFlow engine described below; on JAX
+and PyTorch, the portable one (`portable`). `engine.run` picks.
+
 The only package that iterates over time. It knows nothing of Keras layers:
 a direction is a cell's pure step maths, its weights as tensors, its
 per-step inputs and its initial states.
@@ -30,6 +33,10 @@ gradient. benchmarks/README.md holds the measurements behind these choices.
 
 Modules, one concept each (imports go down this list only):
 
+- `direction`: `Direction` and `DirectionResult`, what every engine runs;
+- `engine`: `run`, which picks the engine for the Keras backend;
+- `portable`: the portable engine, a masked `keras.ops.scan` for JAX and
+  PyTorch (and any backend);
 - `plan`: `plan`, the one place that decides how a call's loops are built
   (from the context, the tapes and `keras_birnn.config`), as a `LoopPlan`;
 - `cache`: the one bounded, thread-safe cache of loop functions and runners;
@@ -48,12 +55,16 @@ that patches a function the package calls patches it where it is read
 (`recurrence.dispatch.plan`, for instance).
 """
 
+from keras_birnn import backend
 from keras_birnn.config import _no_empty_case, _rows_kept, for_export, fused_directions, xla_disabled
 from keras_birnn.recurrence.cache import clear_loop_cache, loop_cache_info
-from keras_birnn.recurrence.compiled import _by_batch_size
-from keras_birnn.recurrence.dispatch import run
-from keras_birnn.recurrence.layout import Direction, DirectionResult
-from keras_birnn.recurrence.plan import LoopPlan
+from keras_birnn.recurrence.direction import Direction, DirectionResult
+from keras_birnn.recurrence.engine import run
 
-__all__ = ["Direction", "DirectionResult", "LoopPlan", "clear_loop_cache", "for_export", "fused_directions",
+if backend.IS_TENSORFLOW:  # the TensorFlow engine's names
+    from keras_birnn.recurrence import dispatch  # noqa: F401  (read as recurrence.dispatch)
+    from keras_birnn.recurrence.compiled import _by_batch_size
+    from keras_birnn.recurrence.plan import LoopPlan
+
+__all__ = ["Direction", "DirectionResult", "clear_loop_cache", "for_export", "fused_directions",
            "loop_cache_info", "run", "xla_disabled"]

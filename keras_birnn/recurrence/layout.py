@@ -15,6 +15,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from keras_birnn.cells.step_math import StepMath
+from keras_birnn.recurrence.direction import Direction, DirectionResult  # noqa: F401  (the layouts' subject)
 
 # The float types whose `Transpose` TensorFlow's CPU build hands to oneDNN,
 # and how many of their elements fill one float64 (`_swap_batch_and_time`).
@@ -42,38 +43,6 @@ def _swap_batch_and_time(x: tf.Tensor, bitcast: bool = True) -> tf.Tensor:
     swapped = tf.reshape(tf.bitcast(moved, x.dtype), tf.concat([tf.shape(moved)[:-1], [width]], 0))
     swapped.set_shape([x.shape[1], x.shape[0], width])
     return swapped
-
-
-class Direction(NamedTuple):
-    """One recurrence to run.
-
-    Attributes:
-        math: The cell's step maths (`RecurrentCell.step_math()`).
-        inputs: `[batch, time, features]`, padding already zeroed.
-        kernel, input_bias: Input projection `x_t kernel + input_bias`.
-        recurrent_kernel, recurrent_bias: The weights the step maths use.
-        initial_states: list of `[batch, units]` tensors.
-        reverse: Iterate from the last step to the first; outputs stay
-            aligned with the input positions. A loop built for either
-            order (`DirectionSpec.runtime_order`) is told the order as a
-            tensor beside the direction (`_orders`), not here.
-        state_mask: Optional recurrent-dropout mask `[batch, units]`.
-    """
-
-    math: StepMath
-    inputs: tf.Tensor
-    kernel: tf.Tensor
-    input_bias: Optional[tf.Tensor]
-    recurrent_kernel: tf.Tensor
-    recurrent_bias: Optional[tf.Tensor]
-    initial_states: Sequence[tf.Tensor]
-    reverse: bool = False
-    state_mask: Optional[tf.Tensor] = None
-
-
-class DirectionResult(NamedTuple):
-    outputs: Optional[tf.Tensor]  # [batch, time, units], zeros where masked
-    final_states: List[tf.Tensor]
 
 
 _DIFFERENTIABLE = ("inputs", "kernel", "input_bias", "recurrent_kernel", "recurrent_bias")

@@ -1,0 +1,46 @@
+"""What a direction is: the one thing every engine runs.
+
+A direction is a cell's pure step maths, its weights as tensors of the
+backend, its per-step inputs and its initial states. Both engines (the
+TensorFlow one, `recurrence.dispatch`, and the portable one,
+`recurrence.portable`) take a list of directions and return one
+`DirectionResult` each.
+"""
+
+from typing import Any, List, NamedTuple, Optional, Sequence
+
+from keras_birnn.cells.step_math import StepMath
+
+Tensor = Any  # a tensor of the backend
+
+
+class Direction(NamedTuple):
+    """One recurrence to run.
+
+    Attributes:
+        math: The cell's step maths (`RecurrentCell.step_math()`).
+        inputs: `[batch, time, features]`, padding already zeroed.
+        kernel, input_bias: Input projection `x_t kernel + input_bias`.
+        recurrent_kernel, recurrent_bias: The weights the step maths use.
+        initial_states: list of `[batch, units]` tensors.
+        reverse: Iterate from the last step to the first; outputs stay
+            aligned with the input positions. A loop built for either
+            order (`DirectionSpec.runtime_order`) is told the order as a
+            tensor beside the direction (`_orders`), not here.
+        state_mask: Optional recurrent-dropout mask `[batch, units]`.
+    """
+
+    math: StepMath
+    inputs: Tensor
+    kernel: Tensor
+    input_bias: Optional[Tensor]
+    recurrent_kernel: Tensor
+    recurrent_bias: Optional[Tensor]
+    initial_states: Sequence[Tensor]
+    reverse: bool = False
+    state_mask: Optional[Tensor] = None
+
+
+class DirectionResult(NamedTuple):
+    outputs: Optional[Tensor]  # [batch, time, units], zeros where masked
+    final_states: List[Tensor]
