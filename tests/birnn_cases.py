@@ -10,7 +10,6 @@ from typing import Any, Optional
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import keras_birnn as kb
 import reference as ref
@@ -123,6 +122,8 @@ class Case:
                 variables.append(var)
         variables += list(extra_variables)
         dtype = bi.compute_dtype  # float32, or float64 under a float64 policy
+        import tensorflow as tf  # here: the cases serve the tests of every backend (tests/portable.py)
+
         d_output = keras.tree.map_structure(lambda v: tf.constant(v, dtype), d_output)
 
         def compute(x, mask, initial_state):
