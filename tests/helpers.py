@@ -171,9 +171,10 @@ def keras_round_trip(model, path, inputs):
     return loaded
 
 
-def run_python(code: str, timeout: int = 300) -> str:
-    """Runs `code` in a fresh Python process (cwd = repo); returns stdout."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+def run_python(code: str, timeout: int = 300, backend: str = "tensorflow") -> str:
+    """Runs `code` in a fresh Python process (cwd = repo) with Keras's
+    `backend`; returns stdout."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND=backend)
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
