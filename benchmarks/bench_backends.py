@@ -1,20 +1,25 @@
-"""Bidirectional GRU/LSTM on any Keras backend: the peers a backend-neutral core will be compared to.
+"""Bidirectional GRU/LSTM on any Keras backend: keras_birnn against Keras's layers (and torch.nn).
 
-Runs under KERAS_BACKEND=tensorflow, jax or torch (issues 42 and 43). Peers,
-all on the current backend and device:
+Runs under KERAS_BACKEND=tensorflow, jax or torch (issues 42 and 43).
+Contenders, all on the current backend and device:
 - keras: `keras.layers.Bidirectional(keras.layers.GRU/LSTM(H, return_sequences=True))`,
   called as a user calls a layer, `layer(x, mask=mask)` with the mask built
   from the lengths (unmasked cases: `layer(x)`). Which of Keras's engines ran
   (fused cuDNN, its fused fallback, or the generic step loop `rnn`) is read
   off the backend's rnn functions on one untimed call and printed per case.
+- kb: `keras_birnn.Bidirectional(keras_birnn.GRUCell/LSTMCell(H),
+  return_sequences=True)` with Keras's weights, called exactly as Keras's
+  layer is on the same backend (same `mask=`, same step functions below).
+  On TensorFlow it runs kb's TensorFlow engine; on JAX and PyTorch the
+  portable engine (`keras_birnn.recurrence.portable`: one masked
+  `keras.ops.scan` over both directions); the engine is printed per case.
 - torch.nn (torch backend only): `torch.nn.GRU/LSTM(bidirectional=True,
   batch_first=True)` with Keras's weights copied in; masked cases go through
   `pack_padded_sequence` (lengths on the CPU, `enforce_sorted=False`) and
   `pad_packed_sequence(total_length=T)`, both inside the timed step.
-- kb (tensorflow backend only): `keras_birnn.Bidirectional(keras_birnn.GRUCell/LSTMCell(H),
-  return_sequences=True)` with Keras's weights, called with the same `mask=`.
-  On jax and torch it prints 'kb: not on this backend yet' (keras_birnn
-  imports TensorFlow).
+Ratios are against kb (`/kb`: a contender's median over kb's; above 1, kb
+is faster). On JAX and PyTorch nothing here imports TensorFlow (the GPU
+machine has none).
 
 Cases: BiGRU and BiLSTM; shapes textbook (B64 T100 D32 H64) and large
 (B32 T200 D128 H256); unmasked, and masked with right padding and lengths
@@ -24,7 +29,8 @@ no optimizer) and inference (forward). Case names read
 `bigru/textbook/masked/train`; `--cases` takes comma-separated fnmatch
 patterns (`--cases 'bilstm/*/masked/*'`).
 
-How each backend is run, as a Keras user gets it:
+How each backend is run, as a Keras user gets it (Keras's layer and kb's
+alike):
 - torch: eager (Keras's default on torch); training under autograd with
   `torch.autograd.grad`, inference under `torch.no_grad()`; timed between
   `torch.cuda.synchronize()` calls on a GPU.
@@ -45,13 +51,15 @@ long, so the summary and JSON are still written before an outer `timeout`
 (the JSON is also rewritten after every case).
 
 Exactness, per cell, shape and masking, with the timed layers' weights
-(biases made non-zero): every peer's forward outputs against a float64
-NumPy oracle in Keras's layout, max |diff| at valid steps (padded outputs
-must be zero); on torch also Keras against torch.nn directly (outputs, and
-the weights' gradients mapped to torch.nn's layout, relative to their
-largest entry), which is what makes the timing comparison fair; and for the
-masked cases, that the mask changed Keras's outputs (keras(mask) against
-keras(x) at valid steps), so the masked path really ran.
+(biases made non-zero): every contender's forward outputs against a
+float64 NumPy oracle in Keras's layout, max |diff| at valid steps (padded
+outputs must be zero); kb's weight gradients (its timed training step's
+results) against Keras's, relative to their largest entry; on torch also
+Keras against torch.nn directly (outputs, and the weights' gradients
+mapped to torch.nn's layout, relative to their largest entry), which is
+what makes the timing comparison fair; and for the masked cases, that the
+mask changed Keras's outputs (keras(mask) against keras(x) at valid
+steps), so the masked path really ran.
 
 Precision: TF32 is off (`torch.backends.cuda.matmul.allow_tf32 = False`,
 `torch.backends.cudnn.allow_tf32 = False`, `jax_default_matmul_precision =
@@ -426,6 +434,22 @@ def kb_layer(cell, keras_bidirectional):
     return layer
 
 
+def kb_engine(layer):
+    """The engine paths kb's layer ran so far, from its `loop_report()`
+    ('portable' on JAX and PyTorch)."""
+    traced = layer.loop_report().get("traced", {})
+    return " ".join(sorted(traced)) or "none seen"
+
+
+def relative_difference(ours, theirs):
+    """max |ours - theirs| over lists of arrays (gradients in the same
+    order and shapes), relative to the largest entry of theirs."""
+    ours, theirs = [to_numpy(g) for g in ours], [to_numpy(g) for g in theirs]
+    assert [g.shape for g in ours] == [g.shape for g in theirs], ([g.shape for g in ours], [g.shape for g in theirs])
+    scale = max(float(np.max(np.abs(g))) for g in theirs)
+    return max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(ours, theirs)) / scale
+
+
 def keras_forward(backend, layer, x, mask):
     """One eager forward pass of Keras's layer (for the checks), as NumPy."""
     import keras
@@ -577,8 +601,8 @@ def run(args):
     shapes = QUICK_SHAPES if args.quick else SHAPES
     patterns = [p.strip() for p in args.cases.split(",") if p.strip()] if args.cases else []
     names = [n for n in case_names(shapes) if selected(n, patterns)]
-    peers = ["keras"] + {"torch": ["torch.nn"], "tensorflow": ["kb"]}.get(backend, [])
-    reference = {"torch": "torch.nn", "tensorflow": "kb"}.get(backend)
+    peers = ["keras", "kb"] + (["torch.nn"] if backend == "torch" else [])
+    reference = "kb"
     sync = synchronizer(backend)
     warm_device(backend)
 
@@ -591,8 +615,6 @@ def run(args):
     print(f"cases: {len(names)}; repeats {args.repeats}, warm-up {args.warmup}, at most {args.max_seconds:g} s "
           f"a series after its first call, run budget {budget}; lengths uniform in {MIN_FRACTION:.0%}-100% of T "
           "(right padding)")
-    if backend != "tensorflow":
-        print("kb: not on this backend yet")
     print()
     header = f"{'case':<30} {'peer':<9} {'first ms':>10} {'median ms':>10} {'min-max ms':>19} {'n':>4}"
     if reference:
@@ -636,9 +658,8 @@ def run(args):
             if backend == "torch":
                 train, infer, module = torch_nn_peer(cell, layer, x, lengths, None if lengths is None else valid)
                 steps["torch.nn"] = (train, infer)
-            if backend == "tensorflow":
-                ours = kb_layer(cell, layer)
-                steps["kb"] = keras_steps(backend, ours, x, mask, None if lengths is None else valid)
+            ours = kb_layer(cell, layer)
+            steps["kb"] = keras_steps(backend, ours, x, mask, None if lengths is None else valid)
             check["engine"] = keras_engine(backend, layer, x, mask)
             y_keras = keras_forward(backend, layer, x, mask)
             check["keras_vs_oracle"] = largest_difference(y_keras, expected, valid)
@@ -650,8 +671,8 @@ def run(args):
                 check["torch.nn_vs_oracle"] = largest_difference(to_numpy(infer()), expected, valid)
                 check["keras_vs_torch.nn"], check["grads_keras_vs_torch.nn_rel"] = torch_checks(
                     cell, layer, module, x, lengths)
-            if backend == "tensorflow":
-                check["kb_vs_oracle"] = largest_difference(keras_forward(backend, ours, x, mask), expected, valid)
+            check["kb_vs_oracle"] = largest_difference(keras_forward(backend, ours, x, mask), expected, valid)
+            check["kb_engine"] = kb_engine(ours)
         except Exception as error:  # noqa: BLE001  (reported, and the run goes on)
             check["error"] = failure(case, error)
         report["checks"].append(check)
@@ -663,7 +684,7 @@ def run(args):
         if "keras_mask_effect" in check:
             extra += f"; mask honoured: keras(mask) vs keras(x) {check['keras_mask_effect']:.2f}"
         print(f"  check {case}: outputs max |diff| at valid steps: {diffs or '-'}{extra}")
-        print(f"  keras engine: {check.get('engine', '-')}", flush=True)
+        print(f"  keras engine: {check.get('engine', '-')}; kb engine: {check.get('kb_engine', '-')}", flush=True)
 
         for mode in modes:
             name = f"{cell}/{shape_name}/{masking}/{mode}"
@@ -690,6 +711,14 @@ def run(args):
                 if ratio is not None:
                     line += f"  {'x' + format(ratio, '.2f'):>10}"
                 print(line, flush=True)
+            if mode == "train" and "keras" in results and "kb" in results:
+                # The timed training steps' own results (already compiled): kb's weight gradients against Keras's.
+                try:
+                    check["grads_kb_vs_keras_rel"] = relative_difference(steps["kb"][0](), steps["keras"][0]())
+                    print(f"  check {case}: weight gradients kb vs keras "
+                          f"{check['grads_kb_vs_keras_rel']:.1e} of the largest", flush=True)
+                except Exception as error:  # noqa: BLE001  (reported, and the run goes on)
+                    report["errors"].append({"case": name, "peer": "kb", "error": failure(f"{name} gradients", error)})
             save()
         save()
 
@@ -706,20 +735,22 @@ def run(args):
 
 
 def summarize(report, reference):
-    """Per cell, shape and mode: keras / reference for masked and unmasked,
-    and each peer's masked / unmasked."""
+    """Per cell, shape and mode: every other contender / reference (kb) for
+    masked and unmasked, and each contender's masked / unmasked."""
     rows = {(r["cell"], r["shape"], r["mode"], r["masking"], r["peer"]): r["median_ms"] for r in report["rows"]}
     keys = sorted({k[:3] for k in rows}, key=lambda k: (list(SHAPES).index(k[1]) if k[1] in SHAPES else -1, k))
-    peers = sorted({k[4] for k in rows}, key=lambda p: (p != "keras", p))
+    peers = sorted({k[4] for k in rows}, key=lambda p: (p != "keras", p != reference, p))
     if not keys:
         return
     print("\nsummary (median ms ratios)")
     columns = []
-    if reference:
-        columns += [("keras/" + reference + " unmasked", ("keras", reference, "unmasked")),
-                    ("keras/" + reference + " masked", ("keras", reference, "masked"))]
+    for peer in peers:
+        if reference and peer != reference:
+            columns += [(f"{peer}/{reference} unmasked", (peer, reference, "unmasked")),
+                        (f"{peer}/{reference} masked", (peer, reference, "masked"))]
     columns += [(f"{p} masked/unmasked", (p,)) for p in peers]
-    print(f"{'cell/shape/mode':<26}" + "".join(f"{title:>26}" for title, _ in columns))
+    width = max([22] + [len(title) + 2 for title, _ in columns])
+    print(f"{'cell/shape/mode':<26}" + "".join(f"{title:>{width}}" for title, _ in columns))
     summary = []
     for cell, shape, mode in keys:
         line, entry = f"{cell + '/' + shape + '/' + mode:<26}", {"case": f"{cell}/{shape}/{mode}"}
@@ -730,7 +761,7 @@ def summarize(report, reference):
                 a, b = (rows.get((cell, shape, mode, masking, spec[0])) for masking in ("masked", "unmasked"))
             value = a / b if a and b else None
             entry[title] = value
-            line += f"{('x' + format(value, '.2f')) if value else '-':>26}"
+            line += f"{('x' + format(value, '.2f')) if value else '-':>{width}}"
         summary.append(entry)
         print(line)
     report["summary"] = summary

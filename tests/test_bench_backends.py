@@ -1,7 +1,9 @@
 """benchmarks/bench_backends.py: its --quick run on the TensorFlow backend
 (what CI has: the torch and jax backends are run by hand and on the lent
-GPU), and its copy of Keras's GRU weights into torch.nn's layout, checked
-in NumPy against torch.nn.GRU's equations (torch is not installed in CI)."""
+GPU), one quick case on JAX and on PyTorch where installed, with
+TensorFlow made unimportable (the GPU machine has none), and its copy of
+Keras's GRU weights into torch.nn's layout, checked in NumPy against
+torch.nn.GRU's equations (torch is not installed in CI)."""
 
 import importlib.util
 import json
@@ -49,9 +51,40 @@ def test_quick_run_on_tensorflow(tmp_path):
     assert len(report["checks"]) == 4
     for check in report["checks"]:
         assert check["keras_vs_oracle"] < 1e-5 and check["kb_vs_oracle"] < 1e-5, check
+        assert check["grads_kb_vs_keras_rel"] < 1e-5 and check["kb_engine"] != "none seen", check
         if check["case"].endswith("/masked"):
             assert check["keras_mask_effect"] > 1e-3 and check["engine"].endswith("rnn"), check
     assert report["summary"] and not report["skipped"] and not report["errors"]
+    assert all("keras/kb masked" in entry for entry in report["summary"]), report["summary"]
+
+
+@pytest.mark.slow(reason="runs one quick case of the benchmark in a fresh process per backend, ~15 s each")
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_quick_case_without_tensorflow(backend, tmp_path):
+    """On JAX and PyTorch, with `import tensorflow` failing (a sitecustomize
+    puts None in sys.modules), keras_birnn imports and kb runs on the
+    portable engine: a row for Keras, kb (and torch.nn on torch), kb's
+    outputs and weight gradients matching the oracle and Keras's."""
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed")
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
+    path = tmp_path / "bench.json"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND=backend,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, os.path.join("benchmarks", "bench_backends.py"), "--quick",
+                           "--cases", "bilstm/quick/masked/*", "--repeats", "1", "--warmup", "0",
+                           "--json", str(path)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads(path.read_text())
+    peers = ["keras", "kb"] + (["torch.nn"] if backend == "torch" else [])
+    assert report["info"]["backend"] == backend and "tensorflow" not in report["info"]
+    assert sorted((r["case"], r["peer"]) for r in report["rows"]) == sorted(
+        (f"bilstm/quick/masked/{mode}", peer) for mode in ("train", "infer") for peer in peers)
+    (check,) = report["checks"]
+    assert check["kb_engine"] == "portable", check
+    assert check["kb_vs_oracle"] < 1e-5 and check["grads_kb_vs_keras_rel"] < 1e-5, check
+    assert not report["errors"] and not report["skipped"]
 
 
 def _torch_gru_direction(x, w_ih, w_hh, b_ih, b_hh):
