@@ -28,13 +28,12 @@ steps, that the embedded batch really was split into 4 shards of 2 rows.
 
 The virtual CPU devices (`--xla_force_host_platform_device_count=4`) must be
 set before JAX starts, so the distributed runs are a fresh Python process
-with `KERAS_BACKEND=jax` and `JAX_PLATFORMS=cpu`; the test therefore runs
-under any backend of the outer pytest, and is skipped when JAX is not
-installed. It is marked slow (a fresh process and training runs), so the
+with `KERAS_BACKEND=jax` and `JAX_PLATFORMS=cpu`; it runs once, in the
+suite's JAX run (`KERAS_BACKEND=jax python -m pytest`), and is skipped in
+the TensorFlow and PyTorch runs. It is marked slow (a fresh process and training runs), so the
 fast subset (`-m "not slow"`) leaves it out.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -44,13 +43,13 @@ import textwrap
 import pytest
 
 from helpers import REPO
+from portable import BACKEND
 
 DEVICES = 4
 ATOL = 1e-5
 
 pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("jax") is None,
-                       reason="needs JAX (the distributed runs are a JAX subprocess)"),
+    pytest.mark.skipif(BACKEND != "jax", reason="runs once, in the suite's JAX run (a JAX subprocess)"),
     pytest.mark.slow(reason="a fresh JAX process: two models' predict and fit, on 1 and 4 devices, ~25 s of CPU"),
 ]
 
