@@ -13,6 +13,7 @@ from keras_birnn.crf import CRF, CRFLoss
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
 from keras_birnn.nested import NestedEncoder
 from keras_birnn.recurrent import Recurrent
+from keras_birnn.convert import from_keras_bidirectional, to_keras_bidirectional
 from keras_birnn.config import LoopConfig, configure_loops, for_export, fused_directions, loop_config, xla_disabled
 from keras_birnn.recurrence import clear_loop_cache, loop_cache_info
 from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
@@ -48,6 +49,8 @@ __all__ = [
     "export_saved_model",
     "export_tflite",
     "flatbuffer_ops",
+    "from_keras_bidirectional",
+    "to_keras_bidirectional",
     "lengths_to_mask",
     "reverse_within_lengths",
     "LoopConfig",

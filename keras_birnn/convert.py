@@ -100,10 +100,9 @@ def from_keras_bidirectional(layer: keras.layers.Bidirectional) -> Bidirectional
 
     Example:
 
-    >>> from keras_birnn.convert import from_keras_bidirectional
     >>> keras_bi = keras.layers.Bidirectional(keras.layers.GRU(8, return_sequences=True))
     >>> keras_bi.build((None, None, 3))
-    >>> bi = from_keras_bidirectional(keras_bi)
+    >>> bi = kb.from_keras_bidirectional(keras_bi)
     >>> type(bi).__name__, bi.merge_mode, bi.return_sequences
     ('Bidirectional', 'concat', True)
     """
@@ -264,10 +263,9 @@ def to_keras_bidirectional(layer: Bidirectional) -> keras.layers.Bidirectional:
 
     Example:
 
-    >>> from keras_birnn.convert import to_keras_bidirectional
     >>> bi = kb.Bidirectional(kb.LSTMCell(8), merge_mode="sum")
     >>> bi.build((None, None, 3))
-    >>> keras_bi = to_keras_bidirectional(bi)
+    >>> keras_bi = kb.to_keras_bidirectional(bi)
     >>> type(keras_bi.forward_layer).__name__, keras_bi.merge_mode
     ('LSTM', 'sum')
     """
