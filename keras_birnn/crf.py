@@ -14,20 +14,40 @@ transition links consecutive *valid* positions. A row with no valid position
 has log Z = 0, NLL = 0, tags 0 and marginals 0. Whatever sits in a masked
 emission slot (NaN included) reaches no output and no gradient.
 
+Written in `keras.ops`, so the layer, the loss and the functions run on
+every Keras backend (TensorFlow, JAX, PyTorch). On TensorFlow three
+primitives (`_scan`, `_gather`, `_best`) use TensorFlow's own ops, so that
+the loops that `fit` and an exported decoder run keep their ops: the
+`keras.ops` forms build larger graphs there (`keras.ops.scan` keeps the
+carry in a TensorArray and runs one iteration at a time; `take_along_axis`
+broadcasts and reshapes; `argmax` adds a negative-zero fix, and `max` an
+assertion when eager). On JAX the public functions run under `jax.jit`
+(`_plain`).
+
 The layer (`CRF`) and the loss (`CRFLoss`) are thin wrappers around these
 functions; see the layer's docstring for how they fit Keras's `fit`.
 """
 
-from typing import NamedTuple, Optional, Sequence, Tuple
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
-import tensorflow as tf
-from keras import initializers
+from keras import initializers, ops
 
+from keras_birnn import backend
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.masking import validate_mask
 from keras_birnn.serialization import attributes, initializer_configs
+
+if backend.IS_TENSORFLOW:
+    import tensorflow as tf
+elif backend.NAME == "jax":
+    import jax
+
+Tensor = Any  # a tensor of the backend
 
 # Score of a forbidden transition: large and finite, so that no -inf - -inf
 # ever makes a NaN; exp(FORBIDDEN + anything sensible) is exactly 0.
@@ -43,52 +63,105 @@ SCORES_ATTRIBUTE = "_keras_birnn_crf_scores"
 class CRFScores(NamedTuple):
     """What `CRFLoss` reads from the tags a `CRF` layer returned."""
 
-    emissions: tf.Tensor
-    mask: Optional[tf.Tensor]
-    transitions: tf.Tensor
-    start: tf.Tensor
-    end: tf.Tensor
+    emissions: Tensor
+    mask: Optional[Tensor]
+    transitions: Tensor
+    start: Tensor
+    end: Tensor
+
+
+# --- how each backend runs the maths -----------------------------------------
+
+
+def _plain(function: Callable) -> Callable:
+    """`function` as each backend runs these pure functions best.
+
+    TensorFlow: kept from AutoGraph, since no Python control flow depends on
+    tensors here, and AutoGraph's conversion (which rewrites each
+    function's source before tracing it) would only add tracing time in a
+    `tf.function` (and in `fit`). JAX: under `jax.jit`, so that an eager
+    call compiles once per shape (its scans' steps are new closures on
+    every call, which `jax.lax.scan` would trace and compile every time);
+    inside a trace it is inlined.
+    """
+    if backend.IS_TENSORFLOW:
+        return tf.autograph.experimental.do_not_convert(function)
+    if backend.NAME == "jax":
+        return jax.jit(function)
+    return function
+
+
+def _scan(step: Callable, elems, initializer, reverse: bool = False):
+    """`tf.scan`'s contract on every backend: `step(carry, elem)` returns
+    the next carry, and the result stacks every carry along axis 0 (in the
+    elements' order, also when `reverse`)."""
+    if backend.IS_TENSORFLOW:
+        return tf.scan(step, elems, initializer=initializer, reverse=reverse)
+    length = ops.shape(keras.tree.flatten(elems)[0])[0]
+    if length == 0:  # PyTorch's scan cannot stack an empty list
+        return keras.tree.map_structure(lambda c: ops.zeros((0,) + tuple(c.shape), c.dtype), initializer)
+
+    def carried(carry, elem):
+        carry = step(carry, elem)
+        return carry, carry
+
+    return ops.scan(carried, initializer, elems, reverse=reverse)[1]
+
+
+def _gather(params: Tensor, indices: Tensor, batch_dims: int = 0) -> Tensor:
+    """`tf.gather(params, indices, batch_dims=batch_dims)` for the cases used
+    here: `batch_dims=0` (any indices into axis 0), or `params` of rank
+    `batch_dims + 1` read along its last axis, one index per row (`indices`
+    of rank `batch_dims`) or several (rank `batch_dims + 1`)."""
+    if backend.IS_TENSORFLOW:
+        return tf.gather(params, indices, batch_dims=batch_dims)
+    if batch_dims == 0:
+        return ops.take(params, indices, axis=0)
+    if len(indices.shape) == batch_dims:
+        return ops.take_along_axis(params, indices[..., None], axis=-1)[..., 0]
+    return ops.take_along_axis(params, indices, axis=-1)
+
+
+def _best(x: Tensor, axis: int) -> Tuple[Tensor, Tensor]:
+    """The maximum along `axis` and the int32 index of its first occurrence."""
+    if backend.IS_TENSORFLOW:  # keras.ops.max also asserts a non-empty tensor when eager
+        return tf.reduce_max(x, axis=axis), tf.argmax(x, axis=axis, output_type=tf.int32)
+    return ops.max(x, axis=axis), ops.cast(ops.argmax(x, axis=axis), "int32")
 
 
 # --- the maths ----------------------------------------------------------------
 
-# No Python control flow depends on tensors here, so AutoGraph's conversion
-# (which rewrites each function's source before tracing it) would only add
-# tracing time in a tf.function (and in `fit`).
-_plain = tf.autograph.experimental.do_not_convert
 
-
-def _prepare(emissions, mask) -> Tuple[tf.Tensor, tf.Tensor]:
+def _prepare(emissions, mask) -> Tuple[Tensor, Tensor]:
     """Float emissions with masked slots zeroed, and a bool mask (all True for None)."""
-    emissions = tf.convert_to_tensor(emissions)
+    emissions = ops.convert_to_tensor(emissions)
     if mask is None:
-        return emissions, tf.ones(tf.shape(emissions)[:2], tf.bool)
-    mask = tf.cast(mask, tf.bool)
-    return tf.where(mask[..., None], emissions, tf.zeros_like(emissions)), mask
+        return emissions, ops.ones(ops.shape(emissions)[:2], "bool")
+    mask = ops.cast(mask, "bool")
+    return ops.where(mask[..., None], emissions, ops.zeros_like(emissions)), mask
 
 
-def _time_major(x) -> tf.Tensor:
+def _time_major(x) -> Tensor:
     """Swaps the batch and time axes (either way)."""
-    rank = x.shape.rank
-    return tf.transpose(x, [1, 0] + list(range(2, rank)))
+    return ops.swapaxes(x, 0, 1)
 
 
-def _last(outputs, initial) -> tf.Tensor:
+def _last(outputs, initial) -> Tensor:
     """The last step of time-major scan outputs, or `initial` when there is no step."""
-    return tf.concat([initial[None], outputs], axis=0)[-1]
+    return ops.concatenate([initial[None], outputs], axis=0)[-1]
 
 
-def _zero_state(emissions, dtype=None) -> tf.Tensor:
-    shape = tf.stack([tf.shape(emissions)[0], tf.shape(emissions)[2]])
-    return tf.zeros(shape, dtype or emissions.dtype)
+def _zero_state(emissions, dtype=None) -> Tensor:
+    shape = ops.shape(emissions)
+    return ops.zeros((shape[0], shape[2]), dtype or emissions.dtype)
 
 
-def _not_started(emissions) -> tf.Tensor:
-    return tf.zeros(tf.shape(emissions)[:1], tf.bool)
+def _not_started(emissions) -> Tensor:
+    return ops.zeros(ops.shape(emissions)[:1], "bool")
 
 
 @_plain
-def forward_scores(emissions, mask, transitions, start) -> Tuple[tf.Tensor, tf.Tensor]:
+def forward_scores(emissions, mask, transitions, start) -> Tuple[Tensor, Tensor]:
     """The forward algorithm in log space.
 
     Returns:
@@ -103,17 +176,17 @@ def forward_scores(emissions, mask, transitions, start) -> Tuple[tf.Tensor, tf.T
     def step(carry, inputs):
         alpha, started = carry
         e_t, valid_t = inputs
-        chained = tf.reduce_logsumexp(alpha[:, :, None] + transitions, axis=1) + e_t
-        new = tf.where(started[:, None], chained, start + e_t)
-        return tf.where(valid_t[:, None], new, alpha), tf.logical_or(started, valid_t)
+        chained = ops.logsumexp(alpha[:, :, None] + transitions, axis=1) + e_t
+        new = ops.where(started[:, None], chained, start + e_t)
+        return ops.where(valid_t[:, None], new, alpha), ops.logical_or(started, valid_t)
 
     initial = (_zero_state(emissions), _not_started(emissions))
-    alphas, _ = tf.scan(step, (_time_major(emissions), _time_major(mask)), initializer=initial)
+    alphas, _ = _scan(step, (_time_major(emissions), _time_major(mask)), initial)
     return _time_major(alphas), _last(alphas, initial[0])
 
 
 @_plain
-def backward_scores(emissions, mask, transitions, end) -> tf.Tensor:
+def backward_scores(emissions, mask, transitions, end) -> Tensor:
     """The backward algorithm in log space.
 
     Returns:
@@ -127,61 +200,63 @@ def backward_scores(emissions, mask, transitions, end) -> tf.Tensor:
     def step(carry, inputs):
         beta, message, started = carry  # message = emissions + beta of the next valid position
         e_t, valid_t = inputs
-        chained = tf.reduce_logsumexp(transitions + message[:, None, :], axis=2)
-        new = tf.where(started[:, None], chained, end + tf.zeros_like(chained))
+        chained = ops.logsumexp(transitions + message[:, None, :], axis=2)
+        new = ops.where(started[:, None], chained, end + ops.zeros_like(chained))
         valid = valid_t[:, None]
         return (
-            tf.where(valid, new, beta),
-            tf.where(valid, e_t + new, message),
-            tf.logical_or(started, valid_t),
+            ops.where(valid, new, beta),
+            ops.where(valid, e_t + new, message),
+            ops.logical_or(started, valid_t),
         )
 
     zeros = _zero_state(emissions)
     initial = (zeros, zeros, _not_started(emissions))
-    betas, _, _ = tf.scan(
-        step, (_time_major(emissions), _time_major(mask)), initializer=initial, reverse=True
-    )
+    betas, _, _ = _scan(step, (_time_major(emissions), _time_major(mask)), initial, reverse=True)
     return _time_major(betas)
 
 
 @_plain
-def log_partition(emissions, mask, transitions, start, end) -> tf.Tensor:
+def log_partition(emissions, mask, transitions, start, end) -> Tensor:
     """log Z `[batch]`: the log-sum of the scores of every path (0 for a row
     with no valid position)."""
     emissions, mask = _prepare(emissions, mask)
     _, last = forward_scores(emissions, mask, transitions, start)
-    log_z = tf.reduce_logsumexp(last + end, axis=-1)
-    return tf.where(tf.reduce_any(mask, axis=1), log_z, tf.zeros_like(log_z))
+    log_z = ops.logsumexp(last + end, axis=-1)
+    return ops.where(ops.any(mask, axis=1), log_z, ops.zeros_like(log_z))
 
 
-def _valid_first(tags, mask) -> tf.Tensor:
+def _valid_first(tags, mask) -> Tensor:
     """Each row's tags at its valid positions, in order, moved to the front;
     `[batch, time + 1]` (one padding column, so that column 0 always exists)."""
-    order = tf.argsort(tf.cast(tf.logical_not(mask), tf.int32), axis=1, stable=True)
-    ordered = tf.gather(tags, order, batch_dims=1)
-    return tf.concat([ordered, tf.zeros(tf.stack([tf.shape(tags)[0], 1]), tags.dtype)], axis=1)
+    time = ops.shape(mask)[1]
+    # Distinct sort keys (valid positions first, each part in time order),
+    # so that any sort, stable or not, gives the same order.
+    key = ops.arange(time, dtype="int32")[None, :] + ops.cast(ops.logical_not(mask), "int32") * time
+    ordered = _gather(tags, ops.cast(ops.argsort(key, axis=1), "int32"), batch_dims=1)
+    return ops.concatenate([ordered, ops.zeros((ops.shape(tags)[0], 1), ordered.dtype)], axis=1)
 
 
 @_plain
-def path_score(emissions, tags, mask, transitions, start, end) -> tf.Tensor:
+def path_score(emissions, tags, mask, transitions, start, end) -> Tensor:
     """score(tags) `[batch]` of the given paths; tags at masked positions
     are ignored (any value, also out of range)."""
     emissions, mask = _prepare(emissions, mask)
-    tags = tf.where(mask, tf.cast(tags, tf.int32), tf.zeros_like(mask, tf.int32))
-    emitted = tf.gather(emissions, tags, batch_dims=2)
-    emitted = tf.reduce_sum(tf.where(mask, emitted, tf.zeros_like(emitted)), axis=1)
+    tags = ops.where(mask, ops.cast(tags, "int32"), ops.zeros_like(mask, "int32"))
+    emitted = _gather(emissions, tags, batch_dims=2)
+    emitted = ops.sum(ops.where(mask, emitted, ops.zeros_like(emitted)), axis=1)
     ordered = _valid_first(tags, mask)
-    count = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-    links = tf.gather_nd(transitions, tf.stack([ordered[:, :-2], ordered[:, 1:-1]], axis=-1))
-    linked = tf.sequence_mask(tf.maximum(count - 1, 0), tf.shape(links)[1])
-    chained = tf.reduce_sum(tf.where(linked, links, tf.zeros_like(links)), axis=1)
-    last = tf.gather(ordered, tf.maximum(count - 1, 0), batch_dims=1)
-    ends = tf.gather(start, ordered[:, 0]) + tf.gather(end, last)
-    return emitted + chained + tf.where(count > 0, ends, tf.zeros_like(ends))
+    count = ops.sum(ops.cast(mask, "int32"), axis=1)
+    num_tags = ops.shape(transitions)[0]
+    links = _gather(ops.reshape(transitions, (-1,)), ordered[:, :-2] * num_tags + ordered[:, 1:-1])
+    linked = ops.arange(ops.shape(links)[1], dtype="int32")[None, :] < ops.maximum(count - 1, 0)[:, None]
+    chained = ops.sum(ops.where(linked, links, ops.zeros_like(links)), axis=1)
+    last = _gather(ordered, ops.maximum(count - 1, 0), batch_dims=1)
+    ends = _gather(start, ordered[:, 0]) + _gather(end, last)
+    return emitted + chained + ops.where(count > 0, ends, ops.zeros_like(ends))
 
 
 @_plain
-def negative_log_likelihood(emissions, tags, mask, transitions, start, end) -> tf.Tensor:
+def negative_log_likelihood(emissions, tags, mask, transitions, start, end) -> Tensor:
     """-log p(tags | emissions) = log Z - score(tags), `[batch]` (0 for a row
     with no valid position)."""
     return log_partition(emissions, mask, transitions, start, end) - path_score(
@@ -193,52 +268,52 @@ def _viterbi_forward(emissions, mask, transitions, start):
     """Best prefix scores after the last position `[batch, K]` and the back
     pointers `[time, batch, K]` (identity where no transition enters: masked
     positions and each row's first valid one)."""
-    identity = tf.range(tf.shape(transitions)[0], dtype=tf.int32)
+    identity = ops.arange(ops.shape(transitions)[0], dtype="int32")
 
     def step(carry, inputs):
         score, started, _ = carry
         e_t, valid_t = inputs
         candidates = score[:, :, None] + transitions
-        best = tf.argmax(candidates, axis=1, output_type=tf.int32)
-        new = tf.where(started[:, None], tf.reduce_max(candidates, axis=1) + e_t, start + e_t)
-        pointers = tf.where(tf.logical_and(valid_t, started)[:, None], best, identity)
-        return tf.where(valid_t[:, None], new, score), tf.logical_or(started, valid_t), pointers
+        top, best = _best(candidates, axis=1)
+        new = ops.where(started[:, None], top + e_t, start + e_t)
+        pointers = ops.where(ops.logical_and(valid_t, started)[:, None], best, identity)
+        return ops.where(valid_t[:, None], new, score), ops.logical_or(started, valid_t), pointers
 
-    initial = (_zero_state(emissions), _not_started(emissions), _zero_state(emissions, tf.int32))
-    scores, _, pointers = tf.scan(step, (_time_major(emissions), _time_major(mask)), initializer=initial)
+    initial = (_zero_state(emissions), _not_started(emissions), _zero_state(emissions, "int32"))
+    scores, _, pointers = _scan(step, (_time_major(emissions), _time_major(mask)), initial)
     return _last(scores, initial[0]), pointers
 
 
-def _backtrack(pointers, last_tag) -> tf.Tensor:
+def _backtrack(pointers, last_tag) -> Tensor:
     """Time-major tags `[time, batch]` from back pointers and the last tag."""
 
     def step(tag, pointers_t):
-        return tf.gather(pointers_t, tag, batch_dims=1)
+        return _gather(pointers_t, tag, batch_dims=1)
 
-    previous = tf.scan(step, pointers, initializer=last_tag, reverse=True)  # [t] = tag at t - 1
-    return tf.concat([previous[1:], last_tag[None]], axis=0)[: tf.shape(pointers)[0]]
+    previous = _scan(step, pointers, last_tag, reverse=True)  # [t] = tag at t - 1
+    return ops.concatenate([previous[1:], last_tag[None]], axis=0)[: ops.shape(pointers)[0]]
 
 
 @_plain
-def viterbi_decode(emissions, mask, transitions, start, end) -> tf.Tensor:
+def viterbi_decode(emissions, mask, transitions, start, end) -> Tensor:
     """The highest-scoring path, int32 `[batch, time]`; `PAD_TAG` (0) at masked positions."""
     emissions, mask = _prepare(emissions, mask)
     final, pointers = _viterbi_forward(emissions, mask, transitions, start)
-    last_tag = tf.argmax(final + end, axis=-1, output_type=tf.int32)
+    _, last_tag = _best(final + end, axis=-1)
     tags = _time_major(_backtrack(pointers, last_tag))
-    return tf.where(mask, tags, tf.fill(tf.shape(tags), PAD_TAG))
+    return ops.where(mask, tags, PAD_TAG)
 
 
 @_plain
-def marginals(emissions, mask, transitions, start, end) -> tf.Tensor:
+def marginals(emissions, mask, transitions, start, end) -> Tensor:
     """p(y_t = k | emissions) `[batch, time, K]` by forward-backward; 0 at masked positions."""
     emissions, mask = _prepare(emissions, mask)
     alphas, last = forward_scores(emissions, mask, transitions, start)
     betas = backward_scores(emissions, mask, transitions, end)
-    log_z = tf.reduce_logsumexp(last + end, axis=-1)
+    log_z = ops.logsumexp(last + end, axis=-1)
     valid = mask[..., None]
-    log_p = tf.where(valid, alphas + betas - log_z[:, None, None], tf.zeros_like(alphas))
-    return tf.where(valid, tf.exp(log_p), tf.zeros_like(log_p))
+    log_p = ops.where(valid, alphas + betas - log_z[:, None, None], ops.zeros_like(alphas))
+    return ops.where(valid, ops.exp(log_p), ops.zeros_like(log_p))
 
 
 # --- transition constraints ---------------------------------------------------
@@ -315,8 +390,10 @@ class CRF(keras.layers.Layer):
     keeps the mask. So `model.predict` and an exported SavedModel give
     tags. To train, compile with `kb.CRFLoss()`: the tags tensor also
     carries the layer's emissions (float32), mask and chain parameters for
-    the loss, the way Keras hands a layer's mask to a loss; the loss is the
-    exact negative log-likelihood (forward algorithm in log space). Hence
+    the loss, the way Keras hands a layer's mask to a loss (on every
+    backend: JAX's traced arrays take no attribute, so there they are held
+    by the tensor's id until it is freed); the loss is the exact negative
+    log-likelihood (forward algorithm in log space). Hence
     `kb.CRFLoss` needs the CRF layer's output itself as `y_pred` (kb.CRF as
     the model's last layer); for other set-ups use the methods below.
 
@@ -329,9 +406,10 @@ class CRF(keras.layers.Layer):
     (saved and reloaded in `.keras` files with `safe_mode=True`), and
     `keras.metrics.Accuracy()` gives the masked tag accuracy.
 
-    The recursions run in float32 (float64 under a float64 policy): under a
-    mixed policy the layer's own policy defaults to the variable dtype, and
-    its weights are never autocast.
+    It runs on every Keras backend, with the same numbers; an exported
+    SavedModel needs TensorFlow. The recursions run in float32 (float64
+    under a float64 policy): under a mixed policy the layer's own policy
+    defaults to the variable dtype, and its weights are never autocast.
 
     Args:
         num_tags: Number of tags K (>= 2); the emissions' last axis.
@@ -422,52 +500,51 @@ class CRF(keras.layers.Layer):
             shape=(k,), name="end", initializer=self.boundary_initializer, autocast=False
         )
 
-    def chain_parameters(self) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def chain_parameters(self) -> Tuple[Tensor, Tensor, Tensor]:
         """`(transitions, start, end)` as used, forbidden entries at `FORBIDDEN`."""
-        transitions = tf.convert_to_tensor(self.transitions)
-        start, end = tf.convert_to_tensor(self.start), tf.convert_to_tensor(self.end)
+        transitions = ops.convert_to_tensor(self.transitions)
+        start, end = ops.convert_to_tensor(self.start), ops.convert_to_tensor(self.end)
         if self._allowed is not None:
             allowed, allowed_start = self._allowed
-            forbidden = tf.constant(FORBIDDEN, transitions.dtype)
-            transitions = tf.where(tf.constant(allowed), transitions, forbidden)
-            start = tf.where(tf.constant(allowed_start), start, forbidden)
+            forbidden = ops.convert_to_tensor(FORBIDDEN, transitions.dtype)
+            transitions = ops.where(ops.convert_to_tensor(allowed), transitions, forbidden)
+            start = ops.where(ops.convert_to_tensor(allowed_start), start, forbidden)
         return transitions, start, end
 
-    def _inputs(self, emissions, mask) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
+    def _inputs(self, emissions, mask) -> Tuple[Tensor, Optional[Tensor]]:
         """Validated emissions in the recursion dtype, and a bool mask or None."""
+        emissions = ops.convert_to_tensor(emissions)
         if not self.built:
-            self.build(tf.TensorShape(emissions.shape))
-        emissions = tf.convert_to_tensor(emissions)
+            self.build(tuple(emissions.shape))
         self._check_shape(emissions.shape)
-        if not emissions.dtype.is_floating:
-            raise TypeError(
-                f"Layer {self.name!r} expects float emissions, received dtype {emissions.dtype.name}."
-            )
-        return tf.cast(emissions, self.variable_dtype), validate_mask(mask, emissions)
+        dtype = keras.backend.standardize_dtype(emissions.dtype)
+        if "float" not in dtype:
+            raise TypeError(f"Layer {self.name!r} expects float emissions, received dtype {dtype}.")
+        return ops.cast(emissions, self.variable_dtype), validate_mask(mask, emissions)
 
     def call(self, emissions, mask=None):
         emissions, mask = self._inputs(emissions, mask)
         parameters = self.chain_parameters()
         tags = viterbi_decode(emissions, mask, *parameters)
-        setattr(tags, SCORES_ATTRIBUTE, CRFScores(emissions, mask, *parameters))
+        _attach_scores(tags, CRFScores(emissions, mask, *parameters))
         return tags
 
-    def decode(self, emissions, mask=None) -> tf.Tensor:
+    def decode(self, emissions, mask=None) -> Tensor:
         """Viterbi tags, int32 `[batch, time]`, `PAD_TAG` at masked positions."""
         emissions, mask = self._inputs(emissions, mask)
         return viterbi_decode(emissions, mask, *self.chain_parameters())
 
-    def marginals(self, emissions, mask=None) -> tf.Tensor:
+    def marginals(self, emissions, mask=None) -> Tensor:
         """p(y_t = k | emissions), `[batch, time, num_tags]`, 0 at masked positions."""
         emissions, mask = self._inputs(emissions, mask)
         return marginals(emissions, mask, *self.chain_parameters())
 
-    def log_partition(self, emissions, mask=None) -> tf.Tensor:
+    def log_partition(self, emissions, mask=None) -> Tensor:
         """log Z, `[batch]` (0 for a row with no valid position)."""
         emissions, mask = self._inputs(emissions, mask)
         return log_partition(emissions, mask, *self.chain_parameters())
 
-    def negative_log_likelihood(self, emissions, tags, mask=None) -> tf.Tensor:
+    def negative_log_likelihood(self, emissions, tags, mask=None) -> Tensor:
         """-log p(tags | emissions), `[batch]`; tags at masked positions are ignored."""
         emissions, mask = self._inputs(emissions, mask)
         return negative_log_likelihood(emissions, tags, mask, *self.chain_parameters())
@@ -492,30 +569,71 @@ class CRF(keras.layers.Layer):
 # --- the loss -----------------------------------------------------------------
 
 
+# Scores of tensors that take no attribute (JAX's tracers, inside `jit` and
+# `grad`), by the tensor's id, each entry dropped when its tensor is freed:
+# Keras keeps `_keras_mask` the same way for such tensors.
+_SCORES_BY_ID: Dict[int, CRFScores] = {}
+
+
+def _attach_scores(tags, scores: CRFScores) -> None:
+    """Attaches `scores` to the tensor `tags` for `crf_scores`; a tensor that
+    takes neither an attribute nor a weak reference gets none (decoding
+    still works; `crf_scores` says how to train then)."""
+    try:
+        setattr(tags, SCORES_ATTRIBUTE, scores)  # TensorFlow, PyTorch, JAX arrays
+        return
+    except AttributeError:
+        pass
+    try:
+        weakref.finalize(tags, _SCORES_BY_ID.pop, id(tags), None)
+    except TypeError:  # without a weak reference nothing would drop the entry
+        return
+    _SCORES_BY_ID[id(tags)] = scores
+
+
+def _attached_scores(y_pred) -> Optional[CRFScores]:
+    scores = getattr(y_pred, SCORES_ATTRIBUTE, None)
+    return scores if scores is not None else _SCORES_BY_ID.get(id(y_pred))
+
+
 def crf_scores(y_pred) -> CRFScores:
     """The `CRFScores` a `CRF` layer attached to its output tags."""
-    scores = getattr(y_pred, SCORES_ATTRIBUTE, None)
+    scores = _attached_scores(y_pred)
     if scores is None:
         raise ValueError(
             "kb.CRFLoss needs the output of a kb.CRF layer as y_pred (make kb.CRF the model's "
             "last layer, and compute the loss on its output as returned); received a tensor "
-            f"without the CRF's scores: {y_pred!r}. Outside a model, use "
-            "crf.negative_log_likelihood(emissions, tags, mask)."
+            f"without the CRF's scores: {y_pred!r}. Outside a model, or where the {backend.NAME} "
+            "backend's tensors can carry no scores (neither attributes nor weak references), "
+            "train with the layer's crf.negative_log_likelihood(emissions, tags, mask) in a "
+            "custom training step."
         )
     return scores
 
 
-def _gold_tags(y_true, emissions) -> tf.Tensor:
+def _shapes_only() -> bool:
+    """Whether Keras runs the caller for output shapes and dtypes only
+    (`keras.SymbolicScope`): on JAX and PyTorch, `fit` and `evaluate` build
+    the compiled loss on placeholders for the model's outputs, which carry
+    no scores, before the first step."""
+    try:  # not public API; a Keras that moves it gets the missing-scores error instead
+        from keras.src.backend.common.symbolic_scope import in_symbolic_scope
+    except ImportError:
+        return False
+    return in_symbolic_scope()
+
+
+def _gold_tags(y_true, emissions) -> Tensor:
     """Integer labels `[batch, time]` (a trailing axis of size 1 is dropped)."""
-    y_true = tf.convert_to_tensor(y_true)
-    if y_true.shape.rank == 3 and y_true.shape[-1] == 1:
+    y_true = ops.convert_to_tensor(y_true)
+    if len(y_true.shape) == 3 and y_true.shape[-1] == 1:
         y_true = y_true[..., 0]
-    if y_true.shape.rank != 2:
+    if len(y_true.shape) != 2:
         raise ValueError(
             "kb.CRFLoss expects integer tags y_true of shape [batch, time], received shape "
-            f"{y_true.shape} (emissions {emissions.shape})."
+            f"{tuple(y_true.shape)} (emissions {tuple(emissions.shape)})."
         )
-    return tf.cast(y_true, tf.int32)
+    return ops.cast(y_true, "int32")
 
 
 @keras_birnn_export("keras_birnn.CRFLoss")
@@ -549,6 +667,10 @@ class CRFLoss(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         # Read the scores before Keras converts y_pred (a cast would drop them).
+        if _attached_scores(y_pred) is None and _shapes_only():
+            # Keras only reads the shape and dtype: one placeholder NLL per row.
+            nll = ops.sum(ops.zeros_like(y_pred, "float32"), axis=-1)
+            return super().__call__(nll, nll, sample_weight)
         scores = crf_scores(y_pred)
         tags = _gold_tags(y_true, scores.emissions)
         nll = negative_log_likelihood(
