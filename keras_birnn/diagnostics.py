@@ -15,16 +15,18 @@ report, per position:
 
 Each accepts a `kb.Bidirectional`, a `kb.StackedBidirectional` or a Keras
 model containing them (the inputs are then the model's, and the layer's own
-input and mask are computed by the layers below it).
+input and mask are computed by the layers below it). Written in `keras.ops`:
+they run on every Keras backend.
 """
+
+from __future__ import annotations
 
 from typing import NamedTuple, Optional, Sequence, Union
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from keras_birnn._tf_internal import functional_node_keys, inbound_nodes, keras_mask
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.masking import sequence_input, validate_mask
 from keras_birnn.stacking import StackedBidirectional
@@ -112,6 +114,10 @@ def _pick(candidates, layer, what):
 
 def _node_input(model, target):
     """The input tensor and mask (symbolic) that `target` receives in `model`."""
+    # Keras's private node and mask accessors live in `_tf_internal`, which
+    # imports TensorFlow: imported here, for a model only.
+    from keras_birnn._tf_internal import functional_node_keys, inbound_nodes, keras_mask
+
     nodes = inbound_nodes(target)
     if not nodes:
         raise ValueError(
@@ -126,6 +132,13 @@ def _node_input(model, target):
     if mask is None:
         mask = keras_mask(tensor)
     return tensor, mask
+
+
+def _eager_mask(tensor):
+    """The Keras mask a model's call attached to `tensor` (see `_node_input`)."""
+    from keras_birnn._tf_internal import keras_mask
+
+    return keras_mask(tensor)
 
 
 def _resolve(layer_or_model, inputs, mask, layer):
@@ -159,7 +172,7 @@ def _resolve(layer_or_model, inputs, mask, layer):
         values = keras.Model(model_inputs, outputs)(inputs, training=False)
         values = values if isinstance(values, (list, tuple)) else [values]
         x = values[0]
-        layer_mask = values[1] if mask_tensor is not None else keras_mask(x)
+        layer_mask = values[1] if mask_tensor is not None else _eager_mask(x)
         if in_stack is not None:
             stack, index = in_stack
             x = stack.layer_input(x, index, mask=layer_mask, training=False)
@@ -192,11 +205,11 @@ def direction_states(layer_or_model, inputs, mask=None, layer=None):
         layer sees no mask.
     """
     bi, x, mask = _resolve(layer_or_model, inputs, mask, layer)
-    x = tf.convert_to_tensor(x)
+    x = ops.convert_to_tensor(x)
     mask = validate_mask(mask, x)
     forward, backward = bi.run_directions(x, mask, training=False, return_sequences=True, counted=False)
     if mask is None:
-        mask = tf.ones(tf.shape(x)[:2], tf.bool)
+        mask = ops.ones(ops.shape(x)[:2], "bool")
     return forward.outputs, backward.outputs, mask
 
 
@@ -226,10 +239,10 @@ def direction_norms(layer_or_model, inputs, mask=None, layer=None) -> DirectionN
     def norm(states):
         # sqrt of a sum of squares with a gradient-safe zero (not used for
         # gradients here, but a padded position must never read NaN).
-        squared = tf.reduce_sum(tf.square(tf.cast(states, tf.float32)), axis=-1)
-        return tf.where(mask, tf.sqrt(squared), tf.zeros_like(squared))
+        squared = ops.sum(ops.square(ops.cast(states, "float32")), axis=-1)
+        return ops.convert_to_numpy(ops.where(mask, ops.sqrt(squared), ops.zeros_like(squared)))
 
-    return DirectionNorms(norm(forward).numpy(), norm(backward).numpy(), mask.numpy())
+    return DirectionNorms(norm(forward), norm(backward), ops.convert_to_numpy(mask))
 
 
 def direction_contributions(layer_or_model, inputs, mask=None, layer=None) -> DirectionContributions:
@@ -254,19 +267,17 @@ def direction_contributions(layer_or_model, inputs, mask=None, layer=None) -> Di
     forward, backward, mask = direction_states(layer_or_model, inputs, mask, layer)
     projection = bi.projection
     dtype = forward.dtype
-    v_f = tf.cast(projection.forward_kernel, dtype)
-    v_b = tf.cast(projection.backward_kernel, dtype)
-    valid = mask[..., None]
+    valid = ops.expand_dims(mask, -1)
 
     def contribution(states, kernel):
-        product = tf.einsum("btu,up->btp", states, kernel)
-        return tf.where(valid, product, tf.zeros_like(product))
+        product = ops.einsum("btu,up->btp", states, ops.cast(kernel, dtype))
+        return ops.convert_to_numpy(ops.where(valid, product, ops.zeros_like(product)))
 
     return DirectionContributions(
-        contribution(forward, v_f).numpy(),
-        contribution(backward, v_b).numpy(),
-        tf.cast(projection.bias, dtype).numpy(),
-        mask.numpy(),
+        contribution(forward, projection.forward_kernel),
+        contribution(backward, projection.backward_kernel),
+        ops.convert_to_numpy(ops.cast(projection.bias, dtype)),
+        ops.convert_to_numpy(mask),
     )
 
 

@@ -7,19 +7,55 @@ while loop's TensorLists, and Keras's own RNNs fail at the gradient), so
 character-aware models reshape by hand, and then run the encoder over the
 padding items too. `NestedEncoder` does the reshape and runs the encoder
 only on the items that have at least one valid element.
+
+Written in `keras.ops`. JAX traces with static shapes (`jax.jit`), where the
+number of valid items is unknown until run time: there the encoder runs
+over every item in one call, with the same outputs.
 """
 
+from __future__ import annotations
+
 import numbers
+from typing import Any, List, Sequence, Tuple
 
 import keras
-import tensorflow as tf
+from keras import ops
 
+from keras_birnn import backend
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
-from keras_birnn.recurrence.plan import Grouping, plan_groups
+from keras_birnn.config import loop_config
+from keras_birnn.masking import zero_empty_rows
+from keras_birnn.pooling import reduce_max
 from keras_birnn.recurrent import Recurrent
 from keras_birnn.serialization import deserialized
 
+if backend.IS_TENSORFLOW:
+    import tensorflow as tf
+
+    from keras_birnn.recurrence.plan import Grouping, plan_groups
+
+Tensor = Any  # a tensor of the backend
+
+# Whether the valid items can be gathered: not where every shape must be
+# known when traced (JAX).
+GATHERS_VALID_ITEMS: bool = backend.NAME != "jax"
+
+
+def _select_rows(condition: Tensor, tensors: Sequence[Tensor]) -> Tuple[List[Tensor], Tensor]:
+    """(the rows of each of `tensors` where `condition` holds, their indices)."""
+    if backend.IS_TENSORFLOW:  # Where and GatherV2, the ops the exported graphs hold
+        index = tf.where(condition)[:, 0]
+        return [tf.gather(t, index) for t in tensors], index
+    index = ops.nonzero(condition)[0]
+    return [ops.take(t, index, axis=0) for t in tensors], index
+
+
+def _scatter_rows(index: Tensor, values: Tensor, rows) -> Tensor:
+    """`[rows, width]` zeros with `values[k]` at row `index[k]`."""
+    if not isinstance(rows, int):  # a run-time size (TensorFlow): the indices' dtype
+        rows = ops.cast(rows, index.dtype)
+    return ops.scatter(ops.expand_dims(index, -1), values, (rows, values.shape[-1]))
 
 
 @keras_birnn_export("keras_birnn.NestedEncoder")
@@ -48,6 +84,10 @@ class NestedEncoder(keras.layers.Layer):
     the groups, to float rounding (the encoder ignores an item's masked
     elements, and the elements cut off are masked in every item of the
     group; the groups change only the batch sizes of the matrix products).
+    PyTorch groups as TensorFlow does (training always; inference from 256
+    valid items). On JAX, whose traced shapes are all static, the encoder
+    runs over every item in one call (the same outputs; `length_groups` is
+    not used there).
 
     Args:
         encoder: A `kb.Bidirectional` or `kb.Recurrent` with
@@ -101,24 +141,30 @@ class NestedEncoder(keras.layers.Layer):
             self.encoder.build((None, input_shape[2], input_shape[3]))
 
     def call(self, inputs, mask=None, training=None):
-        inputs = tf.convert_to_tensor(inputs)
-        if inputs.shape.rank != 4:
+        inputs = ops.convert_to_tensor(inputs)
+        if len(inputs.shape) != 4:
             raise ValueError(
                 f"Layer {self.name!r} expects inputs of rank 4 [batch, items, elements, features], "
-                f"received shape {inputs.shape}."
+                f"received shape {tuple(inputs.shape)}."
             )
-        shape = tf.shape(inputs, out_type=tf.int64)
-        flat = tf.reshape(inputs, tf.stack([-1, shape[2], shape[3]]))
-        rows = tf.shape(flat, out_type=tf.int64)[0]
-        flat_mask = None if mask is None else tf.reshape(tf.cast(mask, tf.bool), tf.shape(flat)[:2])
-        if flat_mask is None:  # every item valid and of the same extent
-            index = tf.range(rows)
+        batch, items, elements, features = ops.shape(inputs)
+        flat = ops.reshape(inputs, (-1, elements, features))
+        if mask is None:  # every item valid and of the same extent
             encoded = self.encoder(flat, training=training)
         else:
-            encoded, index = self._encode_valid(flat, flat_mask, training)
-        width = encoded.shape[-1]
-        scattered = tf.scatter_nd(tf.expand_dims(index, -1), encoded, tf.stack([rows, tf.constant(width, tf.int64)]))
-        return tf.reshape(scattered, tf.stack([shape[0], shape[1], width]))
+            flat_mask = ops.reshape(ops.cast(mask, "bool"), (-1, elements))
+            encoded = self._encode_items(flat, flat_mask, training)
+        return ops.reshape(encoded, (batch, items, encoded.shape[-1]))
+
+    def _encode_items(self, flat: Tensor, flat_mask: Tensor, training) -> Tensor:
+        """Every item encoded: the valid ones gathered and scattered back
+        (zeros for the others), or, where the valid items cannot be gathered
+        (JAX), every item in one call, those with no valid element zeroed."""
+        if not GATHERS_VALID_ITEMS:
+            encoded = self.encoder(flat, mask=flat_mask, training=training)
+            return zero_empty_rows(encoded, flat_mask, flat)
+        encoded, index = self._encode_valid(flat, flat_mask, training)
+        return _scatter_rows(index, encoded, ops.shape(flat)[0])
 
     def _encode_valid(self, flat, flat_mask, training):
         """(the valid items encoded, their rows in `flat`): in length groups
@@ -128,36 +174,43 @@ class NestedEncoder(keras.layers.Layer):
         would hide the weights from the converter; its models run small
         fixed batches). No cond under any tape (one watching only the
         weights too): a cond around the encoder's custom gradient fails to
-        differentiate ("_resolve_grad_inputs")."""
-        elements = tf.shape(flat_mask)[1]  # int32: LiteRT has no int64 FloorDiv
-        positions = tf.range(1, elements + 1)
-        extent = tf.reduce_max(tf.where(flat_mask, positions, tf.zeros_like(positions)), axis=1)  # 0: no valid element
+        differentiate ("_resolve_grad_inputs"). PyTorch runs eagerly: the
+        same choice is made in Python, groups when training."""
+        elements = ops.shape(flat_mask)[1]  # int32: LiteRT has no int64 FloorDiv
+        positions = ops.arange(1, elements + 1, dtype="int32")
+        extent = reduce_max(ops.where(flat_mask, positions, ops.zeros_like(positions)), 1, initial=0)  # 0: none valid
 
         def encode(groups):
             return self._encode_by_extent(flat, flat_mask, extent, elements, training, groups)
 
+        def valid_items():
+            return ops.sum(ops.cast(extent > 0, "int32"))
+
+        if not backend.IS_TENSORFLOW:
+            grouped = training or int(valid_items()) >= loop_config().grouped_from_items
+            return encode(self.length_groups if grouped else 1)
         grouping, threshold = plan_groups(self.length_groups, training)
         if grouping is Grouping.ONE_CALL:
             return encode(1)
         if grouping is Grouping.GROUPS:
             return encode(self.length_groups)
-        items = tf.reduce_sum(tf.cast(extent > 0, tf.int32))
-        return tf.cond(items >= threshold, lambda: encode(self.length_groups), lambda: encode(1))
+        return ops.cond(valid_items() >= threshold, lambda: encode(self.length_groups), lambda: encode(1))
 
     def _encode_by_extent(self, flat, flat_mask, extent, elements, training, groups: int):
         """(the valid items encoded in `groups` groups by `extent`, their rows in `flat`)."""
-        parts, indices, low = [], [], tf.constant(0)
+        parts, indices, low = [], [], 0
         for k in range(groups):
             divisor = 2 ** (groups - 1 - k)
             high = (elements + divisor - 1) // divisor  # ceil; the last group: every element
-            index = tf.where((extent > low) & (extent <= high))[:, 0]
-            items, items_mask = tf.gather(flat, index), tf.gather(flat_mask, index)
+            (items, items_mask), index = _select_rows(
+                ops.logical_and(extent > low, extent <= high), (flat, flat_mask)
+            )
             if divisor > 1:  # the last group keeps the static element count
                 items, items_mask = items[:, :high], items_mask[:, :high]
             parts.append(self.encoder(items, mask=items_mask, training=training))
             indices.append(index)
             low = high
-        return tf.concat(parts, 0), tf.concat(indices, 0)
+        return ops.concatenate(parts, 0), ops.concatenate(indices, 0)
 
     def compute_mask(self, inputs, mask=None):
         return None if mask is None else keras.ops.any(keras.ops.cast(mask, "bool"), axis=-1)

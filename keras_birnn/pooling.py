@@ -6,25 +6,44 @@ mask-exactly: each reads the mask that `kb.Bidirectional` propagates (Keras
 passes it as `mask=` automatically), ignores padded positions wherever they
 are (right, left, holes), gives the same vector whatever the padding length,
 and returns zeros, never NaN or -inf, for a row with no valid position.
+
+Written in `keras.ops`: the heads run on every Keras backend. TensorFlow
+alone has ragged batches (read as padded ones) and keeps one op of its own
+(`_take_per_row`).
 """
 
-from typing import Optional, Sequence
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
 
 import keras
-import tensorflow as tf
-from keras import initializers
+import ml_dtypes
+from keras import initializers, ops
 
+from keras_birnn import backend
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import check_units
 from keras_birnn.masking import check_sequence_input, dense_mask, dense_sequence_and_mask
 from keras_birnn.serialization import attributes, initializer_configs
+
+if backend.IS_TENSORFLOW:
+    import tensorflow as tf
+
+Tensor = Any  # a tensor of the backend
 
 
 def _is_sequence_list(inputs) -> bool:
     return isinstance(inputs, (list, tuple))
 
 
-def _combined_mask(mask) -> Optional[tf.Tensor]:
+def _compatible(shape, expected) -> bool:
+    """Whether two shapes can be the same (`None`: any size)."""
+    return len(shape) == len(expected) and all(
+        a is None or b is None or a == b for a, b in zip(shape, expected)
+    )
+
+
+def _combined_mask(mask) -> Optional[Tensor]:
     """One bool `[batch, time]` mask from a mask or a list of masks (AND of
     those given; entries that are None or not `[batch, time]` are skipped)."""
     if mask is None:
@@ -34,12 +53,57 @@ def _combined_mask(mask) -> Optional[tf.Tensor]:
     for m in masks:
         if m is None:
             continue
-        m = tf.convert_to_tensor(dense_mask(m))
-        if m.shape.rank != 2:
+        m = ops.convert_to_tensor(dense_mask(m))
+        if len(m.shape) != 2:
             continue
-        m = m if m.dtype == tf.bool else tf.not_equal(m, 0)
-        combined = m if combined is None else tf.logical_and(combined, m)
+        m = m if keras.backend.standardize_dtype(m.dtype) == "bool" else ops.not_equal(m, 0)
+        combined = m if combined is None else ops.logical_and(combined, m)
     return combined
+
+
+def _lowest(dtype) -> float:
+    """The lowest finite value of a float dtype (bfloat16 included)."""
+    return float(ml_dtypes.finfo(keras.backend.standardize_dtype(dtype)).min)
+
+
+def _reduce(reduction, values: Tensor, axis: int, initial, keepdims: bool) -> Tensor:
+    if backend.NAME == "torch" and 0 in tuple(values.shape):
+        # Keras's PyTorch max and min return a scalar for an empty tensor,
+        # whatever the axis.
+        shape = list(values.shape)
+        shape[axis] = 1
+        full = ops.full(shape, initial, dtype=values.dtype)
+        return full if keepdims else ops.squeeze(full, axis)
+    return reduction(values, axis=axis, keepdims=keepdims, initial=initial)
+
+
+def reduce_max(values: Tensor, axis: int, initial, keepdims: bool = False) -> Tensor:
+    """`ops.max` along `axis`, at least `initial`, and right for an empty
+    batch or axis on every backend: `ops.max` without `initial` refuses an
+    empty tensor (eagerly, on TensorFlow, where `tf.reduce_max` took it)."""
+    return _reduce(ops.max, values, axis, initial, keepdims)
+
+
+def reduce_min(values: Tensor, axis: int, initial, keepdims: bool = False) -> Tensor:
+    """`ops.min` along `axis`, at most `initial` (as `reduce_max`)."""
+    return _reduce(ops.min, values, axis, initial, keepdims)
+
+
+def _masked_max(values: Tensor, mask: Optional[Tensor], axis: int, keepdims: bool = False) -> Tensor:
+    """The maximum over valid entries (`mask` broadcast to `values`; None:
+    all): the dtype's lowest finite value where none is valid, never -inf
+    (whose arithmetic would give NaN)."""
+    lowest = _lowest(values.dtype)
+    values = values if mask is None else ops.where(mask, values, lowest)
+    return reduce_max(values, axis, lowest, keepdims=keepdims)
+
+
+def _take_per_row(sequence: Tensor, positions: Tensor) -> Tensor:
+    """`sequence[b, positions[b]]` for each row b: `[batch, features]`."""
+    if backend.IS_TENSORFLOW:  # one batched GatherV2, the op the exported graphs hold
+        return tf.gather(sequence, positions, batch_dims=1)
+    index = ops.expand_dims(ops.expand_dims(positions, -1), -1)
+    return ops.take_along_axis(sequence, index, axis=1)[:, 0]
 
 
 def _sequence_and_mask(inputs, mask, layer_name):
@@ -49,24 +113,26 @@ def _sequence_and_mask(inputs, mask, layer_name):
     feature axis.
     """
     if _is_sequence_list(inputs):
-        parts = [tf.convert_to_tensor(x) for x in inputs]
-        if not parts or any(p.shape.rank != 3 for p in parts):
+        parts = [ops.convert_to_tensor(x) for x in inputs]
+        if not parts or any(len(p.shape) != 3 for p in parts):
             raise ValueError(
                 f"Layer {layer_name!r} expects a [batch, time, features] tensor or a list of "
-                f"them (the merge_mode=None pair), received shapes {[p.shape for p in parts]}."
+                f"them (the merge_mode=None pair), received shapes {[tuple(p.shape) for p in parts]}."
             )
-        sequence = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
-        if not sequence.dtype.is_floating:
-            raise TypeError(f"Layer {layer_name!r} expects float inputs, received dtype {sequence.dtype.name}.")
+        sequence = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
+        if not keras.backend.is_float_dtype(sequence.dtype):
+            dtype = keras.backend.standardize_dtype(sequence.dtype)
+            raise TypeError(f"Layer {layer_name!r} expects float inputs, received dtype {dtype}.")
     else:
-        if isinstance(inputs, tf.RaggedTensor):
+        if backend.is_ragged(inputs):  # (TensorFlow only: no other backend has ragged tensors)
             inputs, lengths_mask = dense_sequence_and_mask(inputs, None)
             mask = [lengths_mask] + (list(mask) if isinstance(mask, (list, tuple)) else [mask])
         sequence = check_sequence_input(inputs, layer_name)
     mask = _combined_mask(mask)
-    if mask is not None and not mask.shape.is_compatible_with(sequence.shape[:2]):
+    if mask is not None and not _compatible(tuple(mask.shape), tuple(sequence.shape[:2])):
         raise ValueError(
-            f"`mask` must have shape [batch, time] = {sequence.shape[:2]}, received shape {mask.shape}."
+            f"`mask` must have shape [batch, time] = {tuple(sequence.shape[:2])}, "
+            f"received shape {tuple(mask.shape)}."
         )
     return sequence, mask
 
@@ -126,11 +192,11 @@ class MaskedMeanPooling(_SequencePooling):
     def call(self, inputs, mask=None):
         sequence, mask = _sequence_and_mask(inputs, mask, self.name)
         if mask is None:
-            return tf.reduce_mean(sequence, axis=1)
-        valid = tf.expand_dims(mask, -1)
-        total = tf.reduce_sum(tf.where(valid, sequence, tf.zeros_like(sequence)), axis=1)
-        count = tf.reduce_sum(tf.cast(mask, sequence.dtype), axis=1, keepdims=True)
-        return total / tf.maximum(count, tf.ones_like(count))
+            return ops.mean(sequence, axis=1)
+        valid = ops.expand_dims(mask, -1)
+        total = ops.sum(ops.where(valid, sequence, ops.zeros_like(sequence)), axis=1)
+        count = ops.sum(ops.cast(mask, sequence.dtype), axis=1, keepdims=True)
+        return total / ops.maximum(count, ops.ones_like(count))
 
 
 @keras_birnn_export("keras_birnn.MaskedMaxPooling")
@@ -145,12 +211,22 @@ class MaskedMaxPooling(_SequencePooling):
     def call(self, inputs, mask=None):
         sequence, mask = _sequence_and_mask(inputs, mask, self.name)
         if mask is None:
-            return tf.reduce_max(sequence, axis=1)
-        valid = tf.expand_dims(mask, -1)
-        lowest = tf.fill(tf.shape(sequence), tf.constant(sequence.dtype.min, sequence.dtype))
-        maximum = tf.reduce_max(tf.where(valid, sequence, lowest), axis=1)
-        has_steps = tf.reduce_any(mask, axis=1, keepdims=True)
-        return tf.where(has_steps, maximum, tf.zeros_like(maximum))
+            return _masked_max(sequence, None, axis=1)
+        maximum = _masked_max(sequence, ops.expand_dims(mask, -1), axis=1)
+        has_steps = ops.any(mask, axis=1, keepdims=True)
+        return ops.where(has_steps, maximum, ops.zeros_like(maximum))
+
+
+def _masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """The softmax over valid positions only, written out so that no -inf
+    ever appears: padded slots take weight exactly 0, and a row with no
+    valid position all-zero weights."""
+    top = _masked_max(scores, mask, axis=-1, keepdims=True)
+    zeros = ops.zeros_like(scores)
+    shifted = ops.where(mask, scores - ops.stop_gradient(top), zeros)
+    exps = ops.where(mask, ops.exp(shifted), zeros)
+    total = ops.sum(exps, axis=-1, keepdims=True)
+    return exps / ops.where(total > 0, total, ops.ones_like(total))
 
 
 @keras_birnn_export("keras_birnn.AttentionPooling")
@@ -203,31 +279,20 @@ class AttentionPooling(_SequencePooling):
             shape=(self.units, 1), name="score_kernel", initializer=self.kernel_initializer
         )
 
-    def scores(self, sequence):
+    def scores(self, sequence: Tensor) -> Tensor:
         """Unnormalised scores `[batch, time]`."""
-        hidden = tf.tensordot(sequence, tf.cast(self.kernel, sequence.dtype), axes=1)
+        hidden = ops.tensordot(sequence, ops.cast(self.kernel, sequence.dtype), axes=1)
         if self.bias is not None:
-            hidden = hidden + tf.cast(self.bias, sequence.dtype)
-        return tf.tensordot(tf.tanh(hidden), tf.cast(self.score_kernel, sequence.dtype), axes=1)[..., 0]
+            hidden = hidden + ops.cast(self.bias, sequence.dtype)
+        return ops.tensordot(ops.tanh(hidden), ops.cast(self.score_kernel, sequence.dtype), axes=1)[..., 0]
 
     def call(self, inputs, mask=None):
         sequence, mask = _sequence_and_mask(inputs, mask, self.name)
         if mask is not None:
-            sequence = tf.where(tf.expand_dims(mask, -1), sequence, tf.zeros_like(sequence))
+            sequence = ops.where(ops.expand_dims(mask, -1), sequence, ops.zeros_like(sequence))
         scores = self.scores(sequence)
-        if mask is None:
-            weights = tf.nn.softmax(scores, axis=-1)
-        else:
-            # The softmax over valid positions only, written out so that no
-            # -inf ever appears: padded slots take weight exactly 0.
-            lowest = tf.fill(tf.shape(scores), tf.constant(scores.dtype.min, scores.dtype))
-            top = tf.reduce_max(tf.where(mask, scores, lowest), axis=-1, keepdims=True)
-            zeros = tf.zeros_like(scores)
-            shifted = tf.where(mask, scores - tf.stop_gradient(top), zeros)
-            exps = tf.where(mask, tf.exp(shifted), zeros)
-            total = tf.reduce_sum(exps, axis=-1, keepdims=True)
-            weights = exps / tf.where(total > 0, total, tf.ones_like(total))
-        pooled = tf.einsum("bt,btd->bd", weights, sequence)
+        weights = ops.softmax(scores, axis=-1) if mask is None else _masked_softmax(scores, mask)
+        pooled = ops.einsum("bt,btd->bd", weights, sequence)
         return [pooled, weights] if self.return_weights else pooled
 
     def compute_mask(self, inputs, mask=None):
@@ -348,35 +413,39 @@ class FinalStatePooling(keras.layers.Layer):
 
     def call(self, inputs, mask=None):
         kind, forward, backward, leading = self._parse(inputs)
-        forward, backward = tf.convert_to_tensor(forward), tf.convert_to_tensor(backward)
+        forward, backward = ops.convert_to_tensor(forward), ops.convert_to_tensor(backward)
         masks = list(mask) if isinstance(mask, (list, tuple)) else [mask] * len(inputs)
         if kind == "finals":
-            return tf.concat([forward, backward], axis=-1)
+            return ops.concatenate([forward, backward], axis=-1)
         if kind == "states":
             sequence_mask = _combined_mask(masks[:leading])
-            pooled = tf.concat([forward, backward], axis=-1)
+            pooled = ops.concatenate([forward, backward], axis=-1)
             if sequence_mask is None:
                 return pooled
-            has_steps = tf.reduce_any(sequence_mask, axis=1, keepdims=True)
-            return tf.where(has_steps, pooled, tf.zeros_like(pooled))
+            has_steps = ops.any(sequence_mask, axis=1, keepdims=True)
+            return ops.where(has_steps, pooled, ops.zeros_like(pooled))
         mask = _combined_mask(masks)
-        time_steps = tf.shape(forward)[1]
         if mask is None:
-            return tf.concat([forward[:, -1], backward[:, 0]], axis=-1)
-        if not mask.shape.is_compatible_with(forward.shape[:2]):
+            return ops.concatenate([forward[:, -1], backward[:, 0]], axis=-1)
+        if not _compatible(tuple(mask.shape), tuple(forward.shape[:2])):
             raise ValueError(
-                f"`mask` must have shape [batch, time] = {forward.shape[:2]}, received {mask.shape}."
+                f"`mask` must have shape [batch, time] = {tuple(forward.shape[:2])}, "
+                f"received {tuple(mask.shape)}."
             )
-        positions = tf.expand_dims(tf.range(time_steps), 0)
-        last = tf.reduce_max(tf.where(mask, positions, -1), axis=1)
-        first = tf.reduce_min(tf.where(mask, positions, time_steps), axis=1)
+        return self._pool_sequences(forward, backward, mask)
+
+    def _pool_sequences(self, forward: Tensor, backward: Tensor, mask: Tensor) -> Tensor:
+        """[forward at each row's last valid position, backward at its first];
+        zeros for a row with none."""
+        time_steps = ops.shape(forward)[1]
+        positions = ops.expand_dims(ops.arange(time_steps, dtype="int32"), 0)
+        last = reduce_max(ops.where(mask, positions, -1), 1, initial=-1)
+        first = reduce_min(ops.where(mask, positions, time_steps), 1, initial=time_steps)
         has_steps = last >= 0
-        last = tf.maximum(last, 0)
-        first = tf.minimum(first, time_steps - 1)
-        pooled = tf.concat(
-            [tf.gather(forward, last, batch_dims=1), tf.gather(backward, first, batch_dims=1)], axis=-1
-        )
-        return tf.where(tf.expand_dims(has_steps, -1), pooled, tf.zeros_like(pooled))
+        last = ops.maximum(last, 0)
+        first = ops.minimum(first, time_steps - 1)
+        pooled = ops.concatenate([_take_per_row(forward, last), _take_per_row(backward, first)], axis=-1)
+        return ops.where(ops.expand_dims(has_steps, -1), pooled, ops.zeros_like(pooled))
 
     def compute_mask(self, inputs, mask=None):
         return None

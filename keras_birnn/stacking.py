@@ -4,20 +4,24 @@
 serializable Keras layer holding one `kb.Bidirectional` per entry of
 `units`. Each layer reads the merged per-position output of the one below;
 the mask flows through every layer, so padding stays exact all the way up.
+Written in `keras.ops`: the stack runs on every Keras backend.
 """
+
+from __future__ import annotations
 
 import functools
 import inspect
 from typing import List, Optional, Sequence, Union
 
 import keras
-import tensorflow as tf
+import ml_dtypes
+from keras import ops
 
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.cells.base import check_rate, check_units
-from keras_birnn.masking import ragged_mask, sequence_input, zero_padding
+from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows, zero_padding
 from keras_birnn.serialization import attributes, deserialized, refuse_config
 
 CELL_TYPES = {"gru": GRUCell, "lstm": LSTMCell, "simple": SimpleRNNCell}
@@ -97,19 +101,22 @@ class SummaryTable(list):
 class _LayerNormalization(keras.layers.LayerNormalization):
     """Keras's LayerNormalization as the stack makes it (last axis, centre
     and scale; same weights, same numbers) with derivatives right to every
-    order. On TensorFlow, Keras takes the
-    variance from `tf.nn.moments`, which stops the gradient of the mean
-    inside it: exact for first derivatives (that term is zero there), but
-    a gradient penalty through it (a second derivative) was wrong for every
-    layer below (docs/design.md, "Gradients")."""
+    order. On TensorFlow, Keras takes the variance from `tf.nn.moments`,
+    which stops the gradient of the mean inside it: exact for first
+    derivatives (that term is zero there), but a gradient penalty through
+    it (a second derivative) was wrong for every layer below
+    (docs/design.md, "Gradients"). Written in `keras.ops`, the same
+    formula runs on every backend."""
 
     def call(self, inputs):
-        dtype = tf.as_dtype(self.compute_dtype)
-        x = tf.cast(inputs, dtype if dtype.size >= 4 else tf.float32)  # statistics in float32 at least
-        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-        variance = tf.reduce_mean(tf.square(x - mean), axis=-1, keepdims=True)
-        scale = tf.math.rsqrt(variance + self.epsilon) * tf.cast(self.gamma, x.dtype)
-        return tf.cast(x * scale + (tf.cast(self.beta, x.dtype) - mean * scale), self.compute_dtype)
+        dtype = keras.backend.standardize_dtype(self.compute_dtype)
+        if ml_dtypes.finfo(dtype).bits < 32:
+            dtype = "float32"  # statistics in float32 at least
+        x = ops.cast(inputs, dtype)
+        mean = ops.mean(x, axis=-1, keepdims=True)
+        variance = ops.mean(ops.square(x - mean), axis=-1, keepdims=True)
+        scale = ops.rsqrt(variance + self.epsilon) * ops.cast(self.gamma, dtype)
+        return ops.cast(x * scale + (ops.cast(self.beta, dtype) - mean * scale), self.compute_dtype)
 
 
 @keras_birnn_export("keras_birnn.StackedBidirectional")
@@ -301,10 +308,9 @@ class StackedBidirectional(keras.layers.Layer):
             y = self.norms[k](y)
         if mask is None:
             return y
-        if y.shape.rank == 3:
+        if len(y.shape) == 3:
             return zero_padding(y, mask)
-        has_steps = tf.reduce_any(mask, axis=1, keepdims=True)  # the sentence vector of an empty row
-        return tf.where(has_steps, y, tf.zeros_like(y))
+        return zero_empty_rows(y, mask, x)  # the sentence vector of an empty row
 
     def call(self, inputs, mask=None, training=None):
         x, mask = sequence_input(inputs, mask, self.name)
