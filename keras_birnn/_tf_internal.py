@@ -6,18 +6,23 @@ Keras upgrade that moves an internal breaks here, in one file, and
 the public API does not suffice.
 """
 
+from __future__ import annotations
+
 import sys
 from typing import Any, List, Sequence, Set
 
-import tensorflow as tf
+from keras_birnn import backend
 
-# Why private: no public TensorFlow API answers these questions; see each function.
-from tensorflow.python.eager import forwardprop_util
-from tensorflow.python.eager import record
-from tensorflow.python.framework import op_def_registry
-from tensorflow.python.ops import control_flow_util_v2
-from tensorflow.python.ops import gradients_util
-from tensorflow.python.saved_model import save_context
+if backend.IS_TENSORFLOW:  # the Keras accessors below serve every backend
+    import tensorflow as tf
+
+    # Why private: no public TensorFlow API answers these questions; see each function.
+    from tensorflow.python.eager import forwardprop_util
+    from tensorflow.python.eager import record
+    from tensorflow.python.framework import op_def_registry
+    from tensorflow.python.ops import control_flow_util_v2
+    from tensorflow.python.ops import gradients_util
+    from tensorflow.python.saved_model import save_context
 
 
 def in_xla_context() -> bool:
@@ -111,3 +116,15 @@ def keras_mask(tensor: Any) -> Any:
     """The Keras mask attached to a symbolic or eager tensor, or None. Keras 3
     attaches it as a private attribute and exports no getter."""
     return getattr(tensor, "_keras_mask", None)
+
+
+def in_symbolic_scope() -> bool:
+    """Whether Keras runs the caller for output shapes and dtypes only
+    (its symbolic scope: on JAX and PyTorch, `fit` and `evaluate` build the
+    compiled loss on placeholders for the model's outputs). Keras exports
+    no predicate for it; a Keras that moves it answers False."""
+    try:
+        from keras.src.backend.common.symbolic_scope import in_symbolic_scope as in_scope
+    except ImportError:
+        return False
+    return in_scope()

@@ -37,7 +37,7 @@ import keras
 import numpy as np
 from keras import initializers, ops
 
-from keras_birnn import backend
+from keras_birnn import _tf_internal, backend
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.masking import validate_mask
 from keras_birnn.serialization import attributes, initializer_configs
@@ -616,11 +616,8 @@ def _shapes_only() -> bool:
     (`keras.SymbolicScope`): on JAX and PyTorch, `fit` and `evaluate` build
     the compiled loss on placeholders for the model's outputs, which carry
     no scores, before the first step."""
-    try:  # not public API; a Keras that moves it gets the missing-scores error instead
-        from keras.src.backend.common.symbolic_scope import in_symbolic_scope
-    except ImportError:
-        return False
-    return in_symbolic_scope()
+    # (A Keras that moves its private scope answers False: the missing-scores error.)
+    return _tf_internal.in_symbolic_scope()
 
 
 def _gold_tags(y_true, emissions) -> Tensor:

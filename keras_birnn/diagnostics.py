@@ -27,6 +27,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_birnn._tf_internal import functional_node_keys, inbound_nodes, keras_mask
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.masking import sequence_input, validate_mask
 from keras_birnn.stacking import StackedBidirectional
@@ -114,10 +115,6 @@ def _pick(candidates, layer, what):
 
 def _node_input(model, target):
     """The input tensor and mask (symbolic) that `target` receives in `model`."""
-    # Keras's private node and mask accessors live in `_tf_internal`, which
-    # imports TensorFlow: imported here, for a model only.
-    from keras_birnn._tf_internal import functional_node_keys, inbound_nodes, keras_mask
-
     nodes = inbound_nodes(target)
     if not nodes:
         raise ValueError(
@@ -136,8 +133,6 @@ def _node_input(model, target):
 
 def _eager_mask(tensor):
     """The Keras mask a model's call attached to `tensor` (see `_node_input`)."""
-    from keras_birnn._tf_internal import keras_mask
-
     return keras_mask(tensor)
 
 

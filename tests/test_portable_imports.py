@@ -38,12 +38,15 @@ x = keras.layers.Embedding(20, 6, mask_zero=True)(ids)
 x = kb.stacked_bidirectional("gru", [5, 4])(x)
 attention = kb.AttentionPooling(6)(x)
 mean, maximum = kb.MaskedMeanPooling()(x), kb.MaskedMaxPooling()(x)
-emissions = keras.layers.Dense(3)(kb.Bidirectional(kb.LSTMCell(4), return_sequences=True)(x))
+bilstm = kb.Bidirectional(kb.LSTMCell(4), return_sequences=True)
+emissions = keras.layers.Dense(3)(bilstm(x))
 tags = kb.CRF(3)(emissions)
 model = keras.Model(ids, [tags, attention, mean, maximum])
 tokens = np.array([[3, 4, 5, 0], [6, 7, 0, 0]], "int32")
 outputs = model.predict(tokens, verbose=0)
 assert [o.shape for o in outputs] == [(2, 4), (2, 8), (2, 8), (2, 8)], [o.shape for o in outputs]
+norms = kb.inspect.direction_norms(model, tokens, layer=bilstm)
+assert norms.forward.shape == (2, 4) and np.all(norms.forward[1, 2:] == 0), norms.forward
 try:
     kb.export_saved_model(model, "unused")
 except NotImplementedError as error:
