@@ -26,7 +26,7 @@ import keras
 import numpy as np
 
 from keras_birnn.bidirectional import Bidirectional
-from keras_birnn.cells import GRUCell, LSTMCell, SimpleRNNCell
+from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.recurrent import Recurrent
 
 __all__ = ["from_keras_bidirectional", "to_keras_bidirectional"]
@@ -40,23 +40,7 @@ _KERAS_LAYERS = {
 _KB_CELLS = {cells[2]: kind for kind, cells in _KERAS_LAYERS.items()}
 
 # Cell arguments both sides have under the same name, by kind.
-_COMMON = (
-    "units",
-    "activation",
-    "use_bias",
-    "kernel_initializer",
-    "recurrent_initializer",
-    "bias_initializer",
-    "kernel_regularizer",
-    "recurrent_regularizer",
-    "bias_regularizer",
-    "kernel_constraint",
-    "recurrent_constraint",
-    "bias_constraint",
-    "dropout",
-    "recurrent_dropout",
-    "seed",
-)
+_COMMON = ("units", "use_bias", "dropout", "recurrent_dropout", "seed") + RecurrentCell.object_arguments
 _CELL_ARGUMENTS = {
     "GRU": _COMMON + ("recurrent_activation", "reset_after"),
     "LSTM": _COMMON + ("recurrent_activation", "unit_forget_bias"),
