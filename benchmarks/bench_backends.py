@@ -13,6 +13,9 @@ Contenders, all on the current backend and device:
   On TensorFlow it runs kb's TensorFlow engine; on JAX and PyTorch the
   portable engine (`keras_birnn.recurrence.portable`: one masked
   `keras.ops.scan` over both directions); the engine is printed per case.
+  keras_birnn is the one Python imports (a scratch copy first on
+  PYTHONPATH is measured instead; the header prints its path), else, where
+  none is installed (the GPU machine), this checkout's.
 - torch.nn (torch backend only): `torch.nn.GRU/LSTM(bidirectional=True,
   batch_first=True)` with Keras's weights copied in; masked cases go through
   `pack_padded_sequence` (lengths on the CPU, `enforce_sorted=False`) and
@@ -48,7 +51,12 @@ calls; a series stops repeating once `--max-seconds` are spent on it
 after its first call (the count of timed steps is printed).
 `--time-budget` skips the cases left once the whole run has spent that
 long, so the summary and JSON are still written before an outer `timeout`
-(the JSON is also rewritten after every case).
+(the JSON is also rewritten after every case). `--threads N` caps the
+threads of every framework's kernels (default: the framework's own, all
+cores): on a shared CPU, kernel threads that lose their core made single
+steps 10-100x slower at random (a 2-core machine under load 4-8:
+torch.nn's textbook BiGRU forward took a 140 ms median with 2 threads, 17
+ms with 1).
 
 Exactness, per cell, shape and masking, with the timed layers' weights
 (biases made non-zero): every contender's forward outputs against a
@@ -101,17 +109,37 @@ MIN_FRACTION = 0.3  # lengths uniform in [ceil(0.3 T), T]
 # --- the backend and its precision ------------------------------------------------------------------
 
 
-def set_up_backend():
+def limit_threads(threads):
+    """Before the framework is imported: at most `threads` threads for a
+    step's kernels (None: the framework's default, all cores). On a shared
+    CPU, spinning kernel threads that lose their core make every
+    contender's times erratic; one thread each keeps the comparison
+    steady. Returns the header's line."""
+    if threads is None:
+        return "framework default"
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op pool (set again below)
+    os.environ["TF_NUM_INTRAOP_THREADS"] = os.environ["TF_NUM_INTEROP_THREADS"] = str(threads)
+    flags = f"--xla_cpu_multi_thread_eigen={'false' if threads == 1 else 'true'} intra_op_parallelism_threads={threads}"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flags).strip()
+    return f"{threads} (OMP_NUM_THREADS, torch.set_num_threads, TF_NUM_INTRAOP_THREADS, XLA_FLAGS {flags})"
+
+
+def set_up_backend(threads=None):
     """Imports the backend's framework, turns TF32 off, and returns the
-    header's facts (backend, versions, device, precision)."""
+    header's facts (backend, versions, device, precision, threads)."""
+    threads_line = limit_threads(threads)
     import keras
 
     backend = keras.backend.backend()
     info = {"backend": backend, "keras": keras.__version__, "numpy": np.__version__,
             "python": platform.python_version()}
+    info["threads"] = threads_line
     if backend == "torch":
         import torch
 
+        if threads is not None:
+            torch.set_num_threads(threads)
+        info["threads"] += f"; torch.get_num_threads()={torch.get_num_threads()}"
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         info["torch"] = torch.__version__
@@ -134,6 +162,9 @@ def set_up_backend():
     elif backend == "tensorflow":
         import tensorflow as tf
 
+        if threads is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
         tf.config.experimental.enable_tensor_float_32_execution(False)
         info["tensorflow"] = tf.__version__
         gpus = tf.config.list_physical_devices("GPU")
@@ -596,8 +627,15 @@ def fmt(value, digits=1):
 
 
 def run(args):
-    info = set_up_backend()
+    info = set_up_backend(args.threads)
     backend = info["backend"]
+    import importlib.util
+
+    if importlib.util.find_spec("keras_birnn") is None:  # not installed (the GPU machine): this checkout's
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import keras_birnn
+
+    info["keras_birnn"] = os.path.dirname(os.path.abspath(keras_birnn.__file__))  # a scratch copy shows here
     shapes = QUICK_SHAPES if args.quick else SHAPES
     patterns = [p.strip() for p in args.cases.split(",") if p.strip()] if args.cases else []
     names = [n for n in case_names(shapes) if selected(n, patterns)]
@@ -611,6 +649,8 @@ def run(args):
           + f", numpy {info['numpy']}, python {info['python']}")
     print(f"device: {info['device']}" + (f" (cuDNN {info['cudnn']})" if info.get("cudnn") else ""))
     print(f"precision: TF32 off: {info['precision']}")
+    print(f"threads: {info['threads']}")
+    print(f"kb: keras_birnn from {info['keras_birnn']}")
     budget = "none" if args.time_budget is None else f"{args.time_budget:g} s"
     print(f"cases: {len(names)}; repeats {args.repeats}, warm-up {args.warmup}, at most {args.max_seconds:g} s "
           f"a series after its first call, run budget {budget}; lengths uniform in {MIN_FRACTION:.0%}-100% of T "
@@ -780,6 +820,9 @@ def parse_args(argv=None):
                         "(default 10; 5 with --quick)")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="skip the cases left once the run has spent this many seconds")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for a step's kernels (default: the framework's, all cores); "
+                        "1 keeps times steady on a shared CPU")
     parser.add_argument("--json", default=None, help="write rows, checks and the header's facts here")
     args = parser.parse_args(argv)
     if args.repeats is None:

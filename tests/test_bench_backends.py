@@ -64,7 +64,8 @@ def test_quick_case_without_tensorflow(backend, tmp_path):
     """On JAX and PyTorch, with `import tensorflow` failing (a sitecustomize
     puts None in sys.modules), keras_birnn imports and kb runs on the
     portable engine: a row for Keras, kb (and torch.nn on torch), kb's
-    outputs and weight gradients matching the oracle and Keras's."""
+    outputs and weight gradients matching the oracle and Keras's; `--threads 1`
+    in force."""
     if importlib.util.find_spec(backend) is None:
         pytest.skip(f"{backend} is not installed")
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
@@ -72,13 +73,14 @@ def test_quick_case_without_tensorflow(backend, tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND=backend,
                PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     done = subprocess.run([sys.executable, os.path.join("benchmarks", "bench_backends.py"), "--quick",
-                           "--cases", "bilstm/quick/masked/*", "--repeats", "1", "--warmup", "0",
+                           "--cases", "bilstm/quick/masked/*", "--repeats", "1", "--warmup", "0", "--threads", "1",
                            "--json", str(path)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads(path.read_text())
     peers = ["keras", "kb"] + (["torch.nn"] if backend == "torch" else [])
     assert report["info"]["backend"] == backend and "tensorflow" not in report["info"]
+    assert report["info"]["threads"].startswith("1 ("), report["info"]
     assert sorted((r["case"], r["peer"]) for r in report["rows"]) == sorted(
         (f"bilstm/quick/masked/{mode}", peer) for mode in ("train", "infer") for peer in peers)
     (check,) = report["checks"]
