@@ -52,7 +52,7 @@ class GRUMath(NamedTuple):
         """Width of what `backward` records per step for the bulk gradients."""
         return 4 * units
 
-    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
+    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None, with_saved=True):
         h = states[0]
         h_in = h if state_mask is None else h * state_mask
         x_z, x_r, x_h = ops.split(projected, 3, axis=-1)
@@ -75,6 +75,8 @@ class GRUMath(NamedTuple):
             extra = []
         z = self.recurrent_activation(pre_z)
         candidate = self.activation(pre_c)
+        if not with_saved:
+            return [z * h + (1.0 - z) * candidate], None
         kept = [z, r, candidate] if self._saves_activations else [pre_z, pre_r, pre_c]
         return [z * h + (1.0 - z) * candidate], ops.concatenate(kept + extra, axis=-1)
 

@@ -64,10 +64,15 @@ class LSTMMath(NamedTuple):
         """Width of what `backward` records per step for the bulk gradients."""
         return 4 * units
 
-    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
+    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None, with_saved=True):
         h, c = states
         h_in = h if state_mask is None else h * state_mask
         saved = projected + ops.matmul(h_in, recurrent_kernel)
+        if not with_saved:  # for autodiff: the gates as written (the one-tanh form serves the hand-written BPTT)
+            pre = ops.split(saved, 4, axis=-1)
+            i, f, o = (self.recurrent_activation(pre[k]) for k in (0, 1, 3))
+            c_new = f * c + i * self.activation(pre[2])
+            return [o * self.activation(c_new), c_new], None
         if self._one_tanh:
             saved = ops.tanh(saved * _half_for_sigmoid_gates(recurrent_kernel.shape[0], saved.dtype))
         _, (i, f, g, o) = self._gates(saved)

@@ -47,7 +47,7 @@ class SimpleRNNMath(NamedTuple):
     def _saves_activation(self) -> bool:
         return differentiates_from_output(self.activation)
 
-    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None):
+    def forward(self, projected, states, recurrent_kernel, recurrent_bias=None, state_mask=None, with_saved=True):
         h_in = states[0] if state_mask is None else states[0] * state_mask
         pre = projected + ops.matmul(h_in, recurrent_kernel)
         output = self.activation(pre)

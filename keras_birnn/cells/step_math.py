@@ -48,9 +48,12 @@ class StepMath(Protocol):
         recurrent_kernel: tf.Tensor,
         recurrent_bias: Optional[tf.Tensor] = None,
         state_mask: Optional[tf.Tensor] = None,
-    ) -> Tuple[List[tf.Tensor], tf.Tensor]:
-        """One step: `(new_states, saved)`, `saved` `[B, saved_width(units)]`;
-        the step's output is `new_states[0]`."""
+        with_saved: bool = True,
+    ) -> Tuple[List[tf.Tensor], Optional[tf.Tensor]]:
+        """One step: `(new_states, saved)`, `saved` `[B, saved_width(units)]`
+        for `backward` (None without `with_saved`: the portable engine,
+        differentiated by autodiff, needs no saved record and computes the
+        gates as written); the step's output is `new_states[0]`."""
 
     def backward(
         self,
