@@ -37,12 +37,6 @@ def tensorflow_only_error(what: str, action: str) -> TensorFlowOnlyError:
     )
 
 
-def require_tensorflow(what: str, action: str) -> None:
-    """Raises `tensorflow_only_error(what, action)` unless the backend is TensorFlow."""
-    if not IS_TENSORFLOW:
-        raise tensorflow_only_error(what, action)
-
-
 def tensorflow_only(name: str, action: str) -> Callable:
     """A stand-in for the TensorFlow-only function `kb.<name>` on another
     backend: it raises `tensorflow_only_error` when called."""

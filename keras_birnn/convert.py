@@ -118,6 +118,14 @@ def from_keras_bidirectional(layer: keras.layers.Bidirectional) -> Bidirectional
         trainable=layer.trainable,
         activity_regularizer=layer.activity_regularizer,
     )
+    return _with_weights_of(result, input_dim, forward, backward)
+
+
+def _with_weights_of(result, input_dim: int, forward, backward):
+    """`result` (either library's bidirectional layer) built, each direction
+    holding a copy of `forward`'s or `backward`'s weights and its
+    `trainable` flag (Keras makes its forward layer from the config: the
+    flag is set on that copy)."""
     result.build((None, None, input_dim))
     for source, target in ((forward, result.forward_layer), (backward, result.backward_layer)):
         target.trainable = source.trainable
@@ -292,12 +300,7 @@ def to_keras_bidirectional(layer: Bidirectional) -> keras.layers.Bidirectional:
         trainable=layer.trainable,
         activity_regularizer=layer.activity_regularizer,
     )
-    result.build((None, None, input_dim))
-    # Keras made its forward layer from the config: the flag is set on the copy.
-    for source, target in ((forward, result.forward_layer), (backward, result.backward_layer)):
-        target.trainable = source.trainable
-        _copy_weights(source.cell, target.cell)
-    return result
+    return _with_weights_of(result, input_dim, forward, backward)
 
 
 def _check_zeros(initial_state, argument: str) -> None:

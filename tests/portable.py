@@ -36,7 +36,9 @@ def traced(layer, inputs, mask=None, **call_kwargs):
     inputs = np.asarray(inputs)
     mask = None if mask is None else np.asarray(mask, bool)
     if BACKEND == "tensorflow":
-        return to_numpy(_tf_traced(layer, inputs, mask, call_kwargs))
+        from helpers import in_graph
+
+        return to_numpy(in_graph(layer, inputs, mask, **call_kwargs))
     if BACKEND == "jax":
         import jax
 
@@ -48,20 +50,6 @@ def traced(layer, inputs, mask=None, **call_kwargs):
         non_trainable = [v.value for v in layer.non_trainable_variables]
         return to_numpy(jax.jit(run)(trainable, non_trainable, inputs, mask))
     return to_numpy(layer(inputs, mask=mask, **call_kwargs))
-
-
-def _tf_traced(layer, inputs, mask, call_kwargs):
-    import tensorflow as tf
-
-    spec = [tf.TensorSpec([None, None, inputs.shape[-1]], tf.as_dtype(inputs.dtype))]
-    if mask is not None:
-        spec.append(tf.TensorSpec([None, None], tf.bool))
-
-    @tf.function(input_signature=spec)
-    def run(x, m=None):
-        return layer(x, mask=m, **call_kwargs)
-
-    return run(inputs, mask) if mask is not None else run(inputs)
 
 
 def value_and_gradients(layer, loss: Callable, inputs, mask=None, **call_kwargs) -> Tuple[float, List[np.ndarray]]:

@@ -47,9 +47,8 @@ def built_crf(params, **kwargs):
     return crf
 
 
-class AllOutputs(keras.layers.Layer):
-    """The CRF's tags, log Z, NLL of fixed gold tags and marginals from one
-    call, so that `portable.traced` traces them all."""
+class NegativeLogLikelihood(keras.layers.Layer):
+    """The CRF's NLL of fixed gold tags, a layer for `portable.value_and_gradients`."""
 
     def __init__(self, crf, tags, **kwargs):
         super().__init__(**kwargs)
@@ -61,10 +60,18 @@ class AllOutputs(keras.layers.Layer):
         return None
 
     def call(self, emissions, mask=None):
+        return self.crf.negative_log_likelihood(emissions, self.tags, mask)
+
+
+class AllOutputs(NegativeLogLikelihood):
+    """The CRF's tags, log Z, NLL of fixed gold tags and marginals from one
+    call, so that `portable.traced` traces them all."""
+
+    def call(self, emissions, mask=None):
         return {
             "tags": self.crf(emissions, mask=mask),
             "log_z": self.crf.log_partition(emissions, mask),
-            "nll": self.crf.negative_log_likelihood(emissions, self.tags, mask),
+            "nll": super().call(emissions, mask),
             "marginals": self.crf.marginals(emissions, mask),
         }
 
@@ -135,22 +142,6 @@ def test_zero_time_steps():
 
 
 # --- gradients ----------------------------------------------------------------
-
-
-class NegativeLogLikelihood(keras.layers.Layer):
-    """The CRF's NLL of fixed gold tags, a layer for `portable.value_and_gradients`."""
-
-    def __init__(self, crf, tags, **kwargs):
-        super().__init__(**kwargs)
-        self.crf, self.tags = crf, tags
-        self.supports_masking = True  # the mask is the CRF's, passed on explicitly
-        self.built = True  # the CRF is
-
-    def compute_mask(self, inputs, mask=None):
-        return None
-
-    def call(self, emissions, mask=None):
-        return self.crf.negative_log_likelihood(emissions, self.tags, mask)
 
 
 def central_differences(loss, values, step=1e-5):

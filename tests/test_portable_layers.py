@@ -152,7 +152,7 @@ def test_fit_predict_and_keras_file(tmp_path):
     np.testing.assert_allclose(loaded.predict(ids, verbose=0), predicted, atol=1e-6, rtol=0)
 
 
-def test_symbolic_shapes_and_masks():
+def test_symbolic_output_shapes():
     layer = kb.Bidirectional(kb.GRUCell(4), merge_mode=None, return_sequences=True, return_state=True)
     outputs = layer(keras.Input((None, F)))
     assert [tuple(o.shape) for o in outputs] == [(None, None, U)] * 2 + [(None, U)] * 2
