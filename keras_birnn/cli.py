@@ -1,5 +1,6 @@
-"""What the demo and the examples share: argument checks, epoch times and
-their input pipelines' options.
+"""What the demo and the examples share: argument checks, their default
+data (`add_data_arguments`, `fetch_data_or_exit`), epoch times and their
+input pipelines' options.
 
 `python -m keras_birnn.demo` and every script in examples/ complete and
 check their parsed command lines here, so that a bad flag stops them the
@@ -14,6 +15,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import keras
 import tensorflow as tf
+
+from keras_birnn import downloads
 
 # `--layers`: keras_birnn's layers, or the same model from Keras's own (the
 # "twin" each example builds, an end-to-end benchmark against them).
@@ -85,6 +88,45 @@ def require_files(
     for flag, path in files.items() if isinstance(files, Mapping) else files:
         if path is not None and not os.path.isfile(path):
             parser.error(f"{flag}: no file {path!r}" + (f"; {hint}" if hint else ""))
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds `--data-dir`, `--cache-dir` and `--data-url`, the flags that
+    `fetch_data_or_exit` reads (see `keras_birnn.downloads`)."""
+    parser.add_argument(
+        downloads.DATA_FLAG, dest="data_dir", metavar="DIR", default=None,
+        help=f"a local copy of the default data, DIR/<data set>/<file> (e.g. DIR/sentence_polarity/"
+        f"rt-polarity.pos), used without network when its SHA-256 checksums match; default: "
+        f"${downloads.DATA_ENV}, else the files are downloaded (once: they are cached)",
+    )
+    parser.add_argument("--cache-dir", metavar="DIR", default=None,
+                        help="where downloads are kept, DIR/datasets/keras_birnn/ (default: Keras's "
+                        "cache, $KERAS_HOME or ~/.keras)")
+    parser.add_argument("--data-url", metavar="URL", default=None,
+                        help="download URL/<data set>/<file> instead of the data's public source "
+                        "(a mirror laid out as --data-dir); the checksums still apply")
+
+
+def fetch_data_or_exit(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    name: str,
+    files: Optional[Sequence[str]] = None,
+) -> Dict[str, str]:
+    """`downloads.fetch_data(name, files)` with the flags of
+    `add_data_arguments`; a file that cannot be had (no mirror, no
+    network) or fails its checksum stops through `parser.error` (exit
+    code 2), with the URL, the flags and the hashes in the message.
+
+    Returns:
+        `{file name: local path}`.
+    """
+    try:
+        return downloads.fetch_data(
+            name, files, data_dir=args.data_dir, cache_dir=args.cache_dir, base_url=args.data_url
+        )
+    except (downloads.DataUnavailableError, downloads.ChecksumError) as error:
+        parser.error(f"the default data, {name}: {error}")
 
 
 class EpochTimer(keras.callbacks.Callback):
