@@ -39,6 +39,7 @@ from keras import initializers, ops
 
 from keras_birnn import _tf_internal, backend
 from keras_birnn.api_export import keras_birnn_export
+from keras_birnn.crf_constraints import SCHEMES, iob2_allowed, scheme_allowed  # noqa: F401 (iob2_allowed: API)
 from keras_birnn.masking import validate_mask
 from keras_birnn.serialization import attributes, initializer_configs
 
@@ -54,7 +55,7 @@ Tensor = Any  # a tensor of the backend
 FORBIDDEN = -1e9
 # Decoded tag at masked positions (and everywhere in a row with no valid position).
 PAD_TAG = 0
-ALLOWED_TRANSITIONS = (None, "iob2")
+ALLOWED_TRANSITIONS = (None,) + SCHEMES
 # Attribute of the layer's output (the decoded tags) that carries what the
 # loss needs; Keras hands a layer's mask to losses the same way (`_keras_mask`).
 SCORES_ATTRIBUTE = "_keras_birnn_crf_scores"
@@ -316,35 +317,6 @@ def marginals(emissions, mask, transitions, start, end) -> Tensor:
     return ops.where(valid, ops.exp(log_p), ops.zeros_like(log_p))
 
 
-# --- transition constraints ---------------------------------------------------
-
-
-def _iob2_parts(tag: str) -> Tuple[str, str]:
-    """("O", "") or ("B"/"I", type) of an IOB2 tag name."""
-    if tag == "O":
-        return "O", ""
-    if isinstance(tag, str) and len(tag) > 2 and tag[0] in "BI" and tag[1] == "-":
-        return tag[0], tag[2:]
-    raise ValueError(
-        f"allowed_transitions='iob2' needs tag names 'O', 'B-<type>' or 'I-<type>', received {tag!r}."
-    )
-
-
-def iob2_allowed(tags: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-    """IOB2's allowed transitions `[K, K]` (previous, next) and starts `[K]`.
-
-    `I-X` may follow only `B-X` or `I-X`, and may not start a sequence;
-    every other transition, start and end is allowed.
-    """
-    parts = [_iob2_parts(tag) for tag in tags]
-    allowed = np.ones((len(parts), len(parts)), bool)
-    for j, (prefix, kind) in enumerate(parts):
-        if prefix == "I":
-            allowed[:, j] = [p in ("B", "I") and k == kind for p, k in parts]
-    start = np.array([prefix != "I" for prefix, _ in parts])
-    return allowed, start
-
-
 # --- the layer ----------------------------------------------------------------
 
 
@@ -415,10 +387,17 @@ class CRF(keras.layers.Layer):
         num_tags: Number of tags K (>= 2); the emissions' last axis.
         tags: Optional tag names, `num_tags` distinct strings (saved in the
             config; needed by `allowed_transitions`).
-        allowed_transitions: None (every transition allowed) or `"iob2"`:
-            `I-X` only after `B-X` or `I-X`, never at the start; forbidden
-            transitions and starts score `FORBIDDEN` (-1e9, finite: no NaN),
-            so decoding never produces them. Gold paths must obey them too.
+        allowed_transitions: None (every transition allowed) or a tagging
+            scheme (`keras_birnn.crf_constraints`): `"iob2"` (`O`, `B-X`,
+            `I-X`: `I-X` only after `B-X` or `I-X`, never at the start),
+            `"iob1"` (`I-X` may begin a chunk; `B-X` only right after `B-X`
+            or `I-X`, never at the start) or `"bioes"` (`O`, `B-X`, `I-X`,
+            `E-X`, `S-X`: after `B-X` or `I-X` only `I-X` or `E-X` of type X,
+            otherwise only `O`, `B-*` or `S-*`; starts with `O`, `B-*` or
+            `S-*`, ends with `O`, `E-*` or `S-*`). Forbidden transitions,
+            starts and ends score `FORBIDDEN` (-1e9, finite: no NaN), so
+            decoding never produces them. Gold paths must obey them too. A
+            tag name that does not fit the scheme is a ValueError.
         transitions_initializer: Initializer of the `[K, K]` transitions.
         boundary_initializer: Initializer of the start and end scores.
         **kwargs: Base layer arguments (`name`, `dtype`, ...).
@@ -430,8 +409,12 @@ class CRF(keras.layers.Layer):
             mask. None: every position is valid.
 
     Methods (same mask rules, all exact): `decode(emissions, mask)` (the
-    call's tags), `marginals(emissions, mask)` (p(tag at t), `[batch, time,
-    K]`, 0 at masked positions: confidence scores),
+    call's tags), `top_k(emissions, mask, k)` (the k best paths `[batch, k,
+    time]` and their scores `[batch, k]`, best first; or their
+    log-probabilities with `log_probabilities=True`), `marginals(emissions,
+    mask)` (p(tag at t), `[batch, time, K]`, 0 at masked positions:
+    per-token confidence), `path_log_probability(emissions, tags, mask)`
+    (log p(path), `[batch]`: a whole path's confidence),
     `log_partition(emissions, mask)` and
     `negative_log_likelihood(emissions, tags, mask)` (`[batch]`).
 
@@ -450,6 +433,10 @@ class CRF(keras.layers.Layer):
     >>> tags = tagger.predict(token_ids, verbose=0)           # int32 tags, 0 at padding
     >>> tags.shape, tags.dtype, tags[1, 2:]
     ((2, 4), dtype('int32'), array([0, 0], dtype=int32))
+    >>> scores = keras.Model(tokens, crf.input)(token_ids)     # the emissions
+    >>> paths, log_p = crf.top_k(scores, mask=token_ids != 0, k=3, log_probabilities=True)
+    >>> paths.shape, bool(np.all(np.exp(log_p) <= 1)), bool(np.all(paths[:, 0] == tags))
+    (TensorShape([2, 3, 4]), True, True)
     """
 
     def __init__(
@@ -471,7 +458,7 @@ class CRF(keras.layers.Layer):
         self.allowed_transitions = allowed_transitions
         self.transitions_initializer = initializers.get(transitions_initializer)
         self.boundary_initializer = initializers.get(boundary_initializer)
-        self._allowed = iob2_allowed(self.tags) if allowed_transitions == "iob2" else None
+        self._allowed = scheme_allowed(allowed_transitions, self.tags) if allowed_transitions else None
         self.supports_masking = True
 
     def _check_shape(self, shape) -> None:
@@ -504,12 +491,13 @@ class CRF(keras.layers.Layer):
         """`(transitions, start, end)` as used, forbidden entries at `FORBIDDEN`."""
         transitions = ops.convert_to_tensor(self.transitions)
         start, end = ops.convert_to_tensor(self.start), ops.convert_to_tensor(self.end)
-        if self._allowed is not None:
-            allowed, allowed_start = self._allowed
-            forbidden = ops.convert_to_tensor(FORBIDDEN, transitions.dtype)
-            transitions = ops.where(ops.convert_to_tensor(allowed), transitions, forbidden)
-            start = ops.where(ops.convert_to_tensor(allowed_start), start, forbidden)
-        return transitions, start, end
+        if self._allowed is None:
+            return transitions, start, end
+        forbidden = ops.convert_to_tensor(FORBIDDEN, transitions.dtype)
+        return tuple(
+            ops.where(ops.convert_to_tensor(allowed), weight, forbidden)
+            for allowed, weight in zip(self._allowed, (transitions, start, end))
+        )
 
     def _inputs(self, emissions, mask) -> Tuple[Tensor, Optional[Tensor]]:
         """Validated emissions in the recursion dtype, and a bool mask or None."""
@@ -533,6 +521,42 @@ class CRF(keras.layers.Layer):
         """Viterbi tags, int32 `[batch, time]`, `PAD_TAG` at masked positions."""
         emissions, mask = self._inputs(emissions, mask)
         return viterbi_decode(emissions, mask, *self.chain_parameters())
+
+    def top_k(self, emissions, mask=None, k: int = 2, log_probabilities: bool = False) -> Tuple[Tensor, Tensor]:
+        """The k best paths and their scores, best first (n-best Viterbi).
+
+        Args:
+            emissions: Float `[batch, time, num_tags]`.
+            mask: Optional bool `[batch, time]`.
+            k: How many paths per row (an int >= 1, fixed when traced).
+            log_probabilities: Return log p(path | emissions) (score - log
+                Z, as `path_log_probability`) instead of the scores.
+
+        Returns:
+            `(paths, scores)`: int32 `[batch, k, time]`, `PAD_TAG` at masked
+            positions, and `[batch, k]` in non-increasing order. Only
+            allowed paths count (see `allowed_transitions`); a row with
+            fewer than k paths (a row with no valid position has one, the
+            empty path, of score 0) fills the rest with the sentinel:
+            score (and log-probability) -inf, `PAD_TAG` at every position.
+            Paths of equal score come in an unspecified order. `k=1` gives
+            `decode`'s path (ties aside) whenever an allowed path exists.
+        """
+        from keras_birnn import crf_decoding  # it builds on this module's maths
+
+        if not isinstance(log_probabilities, (bool, np.bool_)):
+            raise TypeError(f"`log_probabilities` must be True or False, received {log_probabilities!r}.")
+        emissions, mask = self._inputs(emissions, mask)
+        parameters = self.chain_parameters()
+        paths, scores = crf_decoding.viterbi_top_k(emissions, mask, *parameters, k=k)
+        if log_probabilities:
+            scores = scores - log_partition(emissions, mask, *parameters)[:, None]
+        return paths, scores
+
+    def path_log_probability(self, emissions, tags, mask=None) -> Tensor:
+        """log p(tags | emissions) = score(tags) - log Z, `[batch]` (0 for a
+        row with no valid position); tags at masked positions are ignored."""
+        return -self.negative_log_likelihood(emissions, tags, mask)
 
     def marginals(self, emissions, mask=None) -> Tensor:
         """p(y_t = k | emissions), `[batch, time, num_tags]`, 0 at masked positions."""

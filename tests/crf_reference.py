@@ -10,8 +10,12 @@ over the valid positions p_1 < ... < p_n of the row (masked positions are
 skipped by the chain). A row with no valid position has the empty path
 only: log Z = 0, NLL = 0. Decoded tags are 0 at masked positions.
 
-`allowed(path)` optionally restricts the enumeration (e.g. to IOB2-valid
-paths).
+`allowed(path)` optionally restricts the enumeration (to the paths valid
+under IOB2, IOB1 or BIOES: `iob2_checker`, `iob1_checker`, `bioes_checker`,
+each written from the scheme's definition, on tag names).
+
+`top_k` lists the k best paths by sorting the enumeration; `assert_top_k`
+judges an n-best list a decoder returned (ties allowed).
 """
 
 import itertools
@@ -101,3 +105,88 @@ def iob2_checker(names):
         return True
 
     return allowed
+
+
+def _parts(name):
+    return ("O", "") if name == "O" else (name[0], name[2:])
+
+
+def iob1_checker(names):
+    """allowed(path) for IOB1: B-X only right after a B-X or I-X token; I-X anywhere."""
+
+    def allowed(path):
+        previous = ("O", "")
+        for y in path:
+            prefix, kind = _parts(names[y])
+            if prefix == "B" and (previous[0] == "O" or previous[1] != kind):
+                return False
+            previous = (prefix, kind)
+        return True
+
+    return allowed
+
+
+def bioes_checker(names):
+    """allowed(path) for BIOES, as a chunker reads it: outside a chunk, O
+    and S-X stay outside and B-X opens a chunk of type X; inside one, I-X
+    continues it and E-X closes it; the sentence must end outside."""
+
+    def allowed(path):
+        inside = None  # the open chunk's type
+        for y in path:
+            prefix, kind = _parts(names[y])
+            if inside is None:
+                if prefix not in ("O", "S", "B"):
+                    return False
+                inside = kind if prefix == "B" else None
+            else:
+                if prefix not in ("I", "E") or kind != inside:
+                    return False
+                inside = None if prefix == "E" else inside
+        return inside is None
+
+    return allowed
+
+
+def _ranked(e_row, mask_row, transitions, start, end, allowed):
+    positions, row = row_paths(e_row, mask_row, transitions, start, end, allowed)
+    return positions, sorted(row, key=lambda item: -item[1])
+
+
+def top_k(e, mask, transitions, start, end, k, allowed=None):
+    """The k best paths `[batch, k, time]` (0 at masked positions) and their
+    scores `[batch, k]`, best first; past a row's number of paths, score
+    -inf and tags 0. A row with no valid position has one path (score 0)."""
+    paths = np.zeros((e.shape[0], k) + mask.shape[1:], np.int64)
+    scores = np.full((e.shape[0], k), -np.inf)
+    for b in range(e.shape[0]):
+        positions, ranked = _ranked(e[b], mask[b], transitions, start, end, allowed)
+        for rank, (path, score) in enumerate(ranked[:k]):
+            paths[b, rank, positions] = path
+            scores[b, rank] = score
+    return paths, scores
+
+
+def assert_top_k(paths, scores, e, mask, transitions, start, end, k, allowed=None, atol=1e-4):
+    """`(paths, scores)` is a correct n-best list: the oracle's k best scores,
+    each listed path distinct and allowed, scoring what is listed, 0 at
+    masked positions; sentinels (-inf, tags 0) past a row's paths. Paths
+    of (nearly) equal score may come in any order, so the path sets are
+    compared only where the oracle's k-th and (k+1)-th scores are apart."""
+    paths, scores = np.asarray(paths), np.asarray(scores)
+    assert paths.shape == (e.shape[0], k) + mask.shape[1:] and paths.dtype == np.int32, (paths.shape, paths.dtype)
+    for b in range(e.shape[0]):
+        positions, ranked = _ranked(e[b], mask[b], transitions, start, end, allowed)
+        want = [score for _, score in ranked[:k]]
+        want += [-np.inf] * (k - len(want))
+        np.testing.assert_allclose(scores[b], want, atol=atol, rtol=atol, err_msg=f"row {b}")
+        assert np.all(paths[b][:, ~mask[b]] == 0), (b, paths[b])
+        listed = [tuple(int(y) for y in paths[b, r, positions]) for r in range(k) if scores[b, r] > -np.inf]
+        assert np.all(paths[b, len(listed):] == 0), (b, paths[b])
+        assert len(set(listed)) == len(listed), (b, listed)
+        for r, path in enumerate(listed):
+            assert allowed is None or allowed(path), (b, path)
+            got = _score(e[b], positions, list(path), transitions, start, end)
+            np.testing.assert_allclose(got, scores[b, r], atol=atol, rtol=atol, err_msg=f"row {b} rank {r}")
+        if len(ranked) <= k or ranked[k - 1][1] - ranked[k][1] > 10 * atol:
+            assert set(listed) == {path for path, _ in ranked[:k]}, (b, listed)

@@ -1,0 +1,111 @@
+"""Tagging schemes as CRF transition constraints (`kb.CRF(allowed_transitions=...)`).
+
+Each scheme turns tag names into three boolean NumPy arrays: `allowed`
+`[K, K]` (row: previous tag, column: next tag), `start` `[K]` (may begin a
+sentence) and `end` `[K]` (may end one). `kb.CRF` sets the scores of what
+is not allowed to the finite `kb.crf.FORBIDDEN`.
+
+- `"iob2"`: `O`, `B-X`, `I-X`. `I-X` only right after `B-X` or `I-X`, never
+  first. Any tag may end a sentence (a chunk ends wherever `I-X` stops).
+- `"iob1"`: `O`, `B-X`, `I-X`. `I-X` begins a chunk after anything that is
+  not of type X and continues one after `B-X` or `I-X`; `B-X` marks a new
+  chunk right after a chunk of the same type, so it only follows `B-X` or
+  `I-X` and never comes first. Any tag may end a sentence.
+- `"bioes"`: `O`, `B-X`, `I-X`, `E-X`, `S-X`. Inside a chunk (after `B-X`
+  or `I-X`) only `I-X` or `E-X` of the same type; outside one (after `O`,
+  `E-*`, `S-*`) only `O`, `B-*` or `S-*`. A sentence starts with `O`, `B-*`
+  or `S-*` and ends with `O`, `E-*` or `S-*`.
+
+The type X is everything after the first `-` (`B-GPE-LOC` has type
+`GPE-LOC`); it must not be empty.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence, Tuple
+
+import numpy as np
+
+SCHEMES = ("iob2", "iob1", "bioes")
+# The prefixes each scheme accepts besides "O".
+_PREFIXES: Dict[str, str] = {"iob2": "BI", "iob1": "BI", "bioes": "BIES"}
+
+Allowed = Tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def tag_parts(tag: str, scheme: str) -> Tuple[str, str]:
+    """`("O", "")` or `(prefix, type)` of a tag name under `scheme`.
+
+    Raises:
+        ValueError: the name does not fit the scheme (the message names it).
+    """
+    if tag == "O":
+        return "O", ""
+    prefixes = _PREFIXES[scheme]
+    if isinstance(tag, str) and len(tag) > 2 and tag[0] in prefixes and tag[1] == "-":
+        return tag[0], tag[2:]
+    names = ", ".join(f"'{p}-<type>'" for p in prefixes)
+    raise ValueError(f"allowed_transitions={scheme!r} needs tag names 'O', {names}, received {tag!r}.")
+
+
+def _iob2(parts) -> Allowed:
+    allowed = np.ones((len(parts), len(parts)), bool)
+    for j, (prefix, kind) in enumerate(parts):
+        if prefix == "I":
+            allowed[:, j] = [p in ("B", "I") and k == kind for p, k in parts]
+    start = np.array([prefix != "I" for prefix, _ in parts])
+    return allowed, start, np.ones(len(parts), bool)
+
+
+def _iob1(parts) -> Allowed:
+    allowed = np.ones((len(parts), len(parts)), bool)
+    for j, (prefix, kind) in enumerate(parts):
+        if prefix == "B":
+            allowed[:, j] = [p in ("B", "I") and k == kind for p, k in parts]
+    start = np.array([prefix != "B" for prefix, _ in parts])
+    return allowed, start, np.ones(len(parts), bool)
+
+
+def _bioes(parts) -> Allowed:
+    def may_follow(previous, following) -> bool:
+        (p, p_kind), (f, f_kind) = previous, following
+        if p in ("B", "I"):  # inside a chunk: continue or close it
+            return f in ("I", "E") and f_kind == p_kind
+        return f in ("O", "B", "S")
+
+    allowed = np.array([[may_follow(p, f) for f in parts] for p in parts], bool)
+    start = np.array([prefix in ("O", "B", "S") for prefix, _ in parts])
+    end = np.array([prefix in ("O", "E", "S") for prefix, _ in parts])
+    return allowed, start, end
+
+
+_BUILDERS = {"iob2": _iob2, "iob1": _iob1, "bioes": _bioes}
+
+
+def scheme_allowed(scheme: str, tags: Sequence[str]) -> Allowed:
+    """`(allowed [K, K], start [K], end [K])`, bool, of `scheme` over `tags`.
+
+    Args:
+        scheme: One of `SCHEMES` (`"iob2"`, `"iob1"`, `"bioes"`).
+        tags: The tag names, in the order of the CRF's tag ids.
+
+    Raises:
+        ValueError: an unknown scheme, or a tag name that does not fit it.
+
+    Example:
+
+    >>> from keras_birnn.crf_constraints import scheme_allowed
+    >>> allowed, start, end = scheme_allowed("bioes", ["O", "B-X", "I-X", "E-X", "S-X"])
+    >>> allowed[1].tolist(), start.tolist(), end.tolist()   # after B-X: I-X or E-X
+    ([False, False, True, True, False], [True, True, False, False, True], [True, False, False, True, True])
+    """
+    if scheme not in _BUILDERS:
+        raise ValueError(f"`allowed_transitions` must be one of {SCHEMES}, received {scheme!r}.")
+    return _BUILDERS[scheme]([tag_parts(tag, scheme) for tag in tags])
+
+
+def iob2_allowed(tags: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    """IOB2's allowed transitions `[K, K]` (previous, next) and starts `[K]`
+    (every end is allowed): `scheme_allowed("iob2", tags)[:2]`."""
+    return scheme_allowed("iob2", tags)[:2]
+
