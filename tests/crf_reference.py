@@ -190,3 +190,12 @@ def assert_top_k(paths, scores, e, mask, transitions, start, end, k, allowed=Non
             np.testing.assert_allclose(got, scores[b, r], atol=atol, rtol=atol, err_msg=f"row {b} rank {r}")
         if len(ranked) <= k or ranked[k - 1][1] - ranked[k][1] > 10 * atol:
             assert set(listed) == {path for path, _ in ranked[:k]}, (b, listed)
+
+
+CHECKERS = {"iob2": iob2_checker, "iob1": iob1_checker, "bioes": bioes_checker}
+# Tag names of each scheme with two chunk types, for the tests.
+EXAMPLE_TAGS = {
+    "iob2": ["O", "B-A", "I-A", "B-B", "I-B"],
+    "iob1": ["O", "B-A", "I-A", "B-B", "I-B"],
+    "bioes": ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "I-B", "E-B", "S-B"],
+}

@@ -361,6 +361,13 @@ def test_loss_reduction_sample_weight_and_plain_tensor():
         (dict(num_tags=2, tags="OB"), TypeError, "`tags`"),
         (dict(num_tags=2, tags=["O", 1]), TypeError, "`tags`"),
         (dict(num_tags=2, tags=["O", "PER"], allowed_transitions="iob2"), ValueError, "'PER'"),
+        (dict(num_tags=2, tags=["O", "E-PER"], allowed_transitions="iob1"), ValueError,
+         "allowed_transitions='iob1' needs tag names 'O', 'B-<type>', 'I-<type>', received 'E-PER'"),
+        (dict(num_tags=2, tags=["O", "U-PER"], allowed_transitions="bioes"), ValueError,
+         "'S-<type>', received 'U-PER'"),
+        (dict(num_tags=2, tags=["O", "B-"], allowed_transitions="bioes"), ValueError, "received 'B-'"),
+        (dict(num_tags=2, tags=["O", "S-X"], allowed_transitions="bilou"), ValueError,
+         "`allowed_transitions` must be one of .*'bioes'.*received 'bilou'"),
     ],
 )
 def test_bad_constructor_arguments(kwargs, error, match):

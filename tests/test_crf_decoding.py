@@ -17,8 +17,7 @@ from keras_birnn import crf as crf_lib
 from keras_birnn import crf_decoding
 
 PATTERNS = np.concatenate(list(PADDING_PATTERNS_4x6.values()))  # [24, 6]: every padding kind
-IOB = ["O", "B-A", "I-A", "B-B", "I-B"]
-BIOES = ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "I-B", "E-B", "S-B"]
+IOB, BIOES = ref.EXAMPLE_TAGS["iob2"], ref.EXAMPLE_TAGS["bioes"]
 # scheme -> (tag names, mask, checker); masks small enough to enumerate.
 CASES = {
     None: (["t0", "t1", "t2"], PATTERNS, None),

@@ -76,6 +76,18 @@ class AllOutputs(NegativeLogLikelihood):
         }
 
 
+class NBestOutputs(NegativeLogLikelihood):
+    """The CRF's k best paths and scores, their log-probabilities and the
+    log-probability of fixed tags from one call (`tags` here: the k)."""
+
+    def call(self, emissions, mask=None):
+        paths, scores = self.crf.top_k(emissions, mask, k=self.tags)
+        _, log_p = self.crf.top_k(emissions, mask, k=self.tags, log_probabilities=True)
+        return {"paths": paths, "scores": scores, "log_p": log_p,
+                "best_log_p": self.crf.path_log_probability(emissions, paths[:, 0], mask),
+                "decoded": self.crf.decode(emissions, mask)}
+
+
 def oracle(e, tags, mask, params, allowed=None):
     return {
         "tags": ref.viterbi(e, mask, *params, allowed=allowed),
@@ -131,6 +143,37 @@ def test_iob2_constraints_and_no_mask():
     dense = oracle_e.astype("float32")
     assert_all_close(to_numpy([crf(dense), crf.log_partition(dense)]),
                      to_numpy([crf(dense, mask=full), crf.log_partition(dense, full)]), atol=0, rtol=0)
+
+
+# scheme -> (tag names, mask); masks small enough to enumerate.
+SCHEME_CASES = {
+    None: (["t0", "t1", "t2"], MASKS["4x6_patterns"]),
+    "iob2": (ref.EXAMPLE_TAGS["iob2"], MASK_5x5_HOLES),
+    "iob1": (ref.EXAMPLE_TAGS["iob1"], MASK_5x5_HOLES),
+    "bioes": (ref.EXAMPLE_TAGS["bioes"], MASK_5x5_HOLES[:, 1:]),
+}
+
+
+@pytest.mark.parametrize("scheme", ["iob2", "iob1", "bioes", None])
+def test_top_k_and_path_log_probability_eager_and_traced(scheme):
+    """k=4 exceeds the paths of the 1-position rows (sentinels); ties are
+    judged by scores and path sets (`crf_reference.assert_top_k`)."""
+    names, mask = SCHEME_CASES[scheme]
+    e, _, params, oracle_e, oracle_params = random_case(mask, seed=len(str(scheme)), num_tags=len(names))
+    crf = built_crf(params, tags=names if scheme else None, allowed_transitions=scheme)
+    allowed = ref.CHECKERS[scheme](names) if scheme else None
+    layer, k = NBestOutputs(crf, 4), 4
+    log_z = ref.log_partition(oracle_e, mask, *oracle_params, allowed=allowed)
+    for outputs in (to_numpy(layer(e, mask=mask)), traced(layer, e, mask)):
+        ref.assert_top_k(outputs["paths"], outputs["scores"], oracle_e, mask, *oracle_params, k=k, allowed=allowed)
+        np.testing.assert_allclose(outputs["log_p"], outputs["scores"] - log_z[:, None], atol=1e-4)
+        best = np.asarray(outputs["paths"])[:, 0]
+        np.testing.assert_allclose(outputs["best_log_p"], -ref.nll(oracle_e, best, mask, *oracle_params, allowed=allowed),
+                                   atol=1e-4)
+        np.testing.assert_array_equal(best, outputs["decoded"])  # top 1 is decode's path
+    # No mask: every position valid, as an all-True mask.
+    dense, full = oracle_e.astype("float32"), np.ones(mask.shape, bool)
+    assert_all_close(to_numpy(crf.top_k(dense, k=k)), to_numpy(crf.top_k(dense, full, k=k)), atol=0, rtol=0)
 
 
 def test_zero_time_steps():
