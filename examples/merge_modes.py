@@ -356,8 +356,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=None, help="units per direction (default 16; --quick 4)")
     parser.add_argument("--cell-hidden", type=int, default=None,
                         help="units per direction for BiGRU vs BiLSTM (default 4; --quick 4)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=32, help="batch size of every model (default 32)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data and the weights (default 0)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
     args = parser.parse_args(argv)
     finish_args(

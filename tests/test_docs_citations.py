@@ -217,3 +217,32 @@ def test_title_matches_a_heading_start_at_a_word_end():
 def test_headings_skip_fenced_code():
     markdown = "# Top\n\n```bash\n# not a heading\n```\n\n### Variable lengths\n"
     assert headings(markdown) == ["Top", "Variable lengths"]
+
+
+# The Markdown docs cite sections the same way, by title: `benchmarks/README.md,
+# "Title"` or `[deploy.md](deploy.md), "Title"`.
+MARKDOWN_CITATION = re.compile(
+    r"(benchmarks/README\.md|\b[\w-]+\.md)(?:\]\([^)]*\))?,\s+\"([^\"]{1,200}?)\"")
+
+
+def _markdown_citations():
+    for path in [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md")):
+        text = _normalise(path.read_text(encoding="utf-8"))
+        for match in MARKDOWN_CITATION.finditer(text):
+            doc = match.group(1)
+            if doc != "benchmarks/README.md":
+                doc = doc if (REPO / doc).is_file() else f"docs/{doc}"
+            yield path.relative_to(REPO).as_posix(), doc, _normalise(match.group(2))
+
+
+def test_every_section_the_docs_cite_exists():
+    found = list(_markdown_citations())
+    assert found, "the scan found no citations in the docs: is the pattern still right?"
+    missing = []
+    for where, doc, title in found:
+        path = REPO / doc
+        if not path.is_file():
+            missing.append(f'{where}: {doc}, "{title}": {doc} does not exist')
+        elif not any(title_matches(title, heading) for heading in headings(path.read_text(encoding="utf-8"))):
+            missing.append(f'{where}: {doc}, "{title}": no heading of {doc} starts with it')
+    assert not missing, "Sections the docs cite that are missing:\n" + "\n".join(missing)
