@@ -87,6 +87,8 @@ def _cheapest_first(paths):
 DOCS_WITH_CODE = [path for path in _cheapest_first(DOCUMENTED) if _python_blocks(path)]
 
 
+@pytest.mark.slow(reason="a fresh TensorFlow process per file, training and exports: 10 s to 2 min a file; "
+                         "test_code_blocks_parse is the fast subset's check")
 @pytest.mark.parametrize("path", DOCS_WITH_CODE, ids=[path.name for path in DOCS_WITH_CODE])
 def test_python_blocks_run(path, tmp_path):
     blocks = [(line, code) for line, code, skip in _python_blocks(path) if skip is None]
