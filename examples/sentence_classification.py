@@ -36,17 +36,22 @@ Keras twin's weights, tests/test_examples_twins.py); what differs is the
 recurrent code, its initial weights' random draws, and (`--layers kb`)
 the zeros kb writes at padded positions, which no head reads.
 
-Data: any two text files, one text per line (positive, negative); by
-default Pang & Lee's sentence polarity v1.0 from `../shared/data/` beside
-the repository; where that is absent (a fresh clone) the example stops and
-names the flags to pass: the files are `rt-polarity.pos` and
-`rt-polarity.neg` in POLARITY_URL's tarball. A fixed
+Data: any two text files, one text per line (`--pos`, `--neg`); by
+default Pang & Lee's sentence polarity v1.0 (`rt-polarity.pos` and
+`rt-polarity.neg`, as NLTK's data distributes them), found by
+`keras_birnn.downloads.fetch_data`: in a local copy laid out as
+`DIR/sentence_polarity/rt-polarity.pos` (`--data-dir DIR`, else the
+`KERAS_BIRNN_DATA` environment variable), else downloaded once into
+Keras's cache (`--cache-dir`); every file is checked by its SHA-256. With
+neither a copy nor a network the example stops (exit code 2) naming the
+URL and the flags. A fixed
 seeded 10% of the sentences is held out for the reported accuracy; 10% of
 the rest is a validation split that picks the epoch (early stopping,
 best weights restored), so the held-out set is never looked at during
 training.
 
     python examples/sentence_classification.py
+    python examples/sentence_classification.py --data-dir ../shared/data   # a local copy, no network
     python examples/sentence_classification.py --quick
     python examples/sentence_classification.py --pos my.pos --neg my.neg --variants bi-max,bi-attention
     python examples/sentence_classification.py --layers keras --variants bi-attention
@@ -82,13 +87,12 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
 from keras_birnn.cli import (  # noqa: E402
-    LAYERS, EpochTimer, check_layers, finish_args, require_files, without_autotuning,
+    LAYERS, EpochTimer, add_data_arguments, check_layers, fetch_data_or_exit, finish_args, require_files,
+    without_autotuning,
 )
 from keras_birnn.datasets import read_polarity  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_DIR = os.path.join(REPO, "..", "shared", "data", "sentence_polarity")
-POLARITY_URL = "http://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
+DATASET = "sentence_polarity"  # its name in keras_birnn.downloads.DATASETS
 HEADS = ("final", "mean", "max", "attention")
 DIRECTIONS = ("uni", "bi")
 VARIANTS = tuple(f"{d}-{h}" for d in DIRECTIONS for h in HEADS)
@@ -268,24 +272,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         prog="python examples/sentence_classification.py",
         description="Sentence polarity with a GRU / BiGRU and four pooling heads.",
     )
-    parser.add_argument("--pos", default=os.path.join(DEFAULT_DIR, "rt-polarity.pos"),
-                        help="positive texts, one per line (default: the shared sentence polarity data "
-                        "beside the repository, else pass --pos and --neg)")
-    parser.add_argument("--neg", default=os.path.join(DEFAULT_DIR, "rt-polarity.neg"),
-                        help="negative texts, one per line")
+    parser.add_argument("--pos", default=None,
+                        help="positive texts, one per line, with --neg (default: rt-polarity.pos of Pang & "
+                        "Lee's sentence polarity v1.0, from --data-dir or downloaded)")
+    parser.add_argument("--neg", default=None,
+                        help="negative texts, one per line, with --pos (default: rt-polarity.neg, as --pos)")
+    add_data_arguments(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated subset of {','.join(VARIANTS)} (default: all)")
     parser.add_argument("--epochs", type=int, default=None, help="maximum epochs (default 8; --quick 2)")
-    parser.add_argument("--patience", type=int, default=2, help="early-stopping patience on validation loss")
+    parser.add_argument("--patience", type=int, default=2,
+                        help="early-stopping patience on validation loss, in epochs (default 2)")
     parser.add_argument("--max-sentences", type=int, default=None,
                         help="use a seeded random subset of N sentences (default all; --quick 1000)")
     parser.add_argument("--max-len", type=int, default=64, help="words kept per sentence (default 64)")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
     parser.add_argument("--embed-dim", type=int, default=None, help="default 128; --quick 32")
     parser.add_argument("--hidden", type=int, default=None, help="GRU units per direction (default 64; --quick 16)")
-    parser.add_argument("--dropout", type=float, default=0.5)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the split and of the weights")
+    parser.add_argument("--dropout", type=float, default=0.5,
+                        help="dropout rate after the embedding and after the head (default 0.5)")
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="Adam's learning rate (default 1e-3)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split and of the weights (default 0)")
     parser.add_argument("--layers", choices=LAYERS, default="kb",
                         help="kb: keras_birnn's layers (default); keras: the same models from "
                         "keras.layers.GRU / Bidirectional (final head: the layer's own final states; mean: "
@@ -299,7 +306,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--report-json", metavar="PATH",
                         help="also write per-variant timings and accuracy to PATH as JSON: epoch_seconds "
                         "(each epoch with its validation pass), fit_seconds, predict_sentences_per_second "
-                        "(a second, warm pass over the held-out set), accuracy")
+                        "(a second, warm pass over the held-out set), accuracy (default: no report)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--quiet", action="store_true", help="no per-epoch lines")
     args = parser.parse_args(argv)
@@ -309,13 +316,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         choices=("variants", VARIANTS),
         positive=("epochs", "batch_size", "embed_dim", "hidden", "max_len"),
     )
-    defaults = args.pos == parser.get_default("pos") and args.neg == parser.get_default("neg")
-    require_files(
-        parser, {"--pos": args.pos, "--neg": args.neg},
-        ("the default data is absent (a fresh clone has no ../shared/data); " if defaults else "")
-        + "pass --pos FILE --neg FILE, one text per line, e.g. rt-polaritydata/rt-polarity.pos and "
-        f"rt-polarity.neg of Pang & Lee's sentence polarity v1.0 ({POLARITY_URL})",
-    )
+    if (args.pos is None) != (args.neg is None):
+        parser.error("--pos and --neg go together: pass both files, or neither for the default data")
+    if args.pos is None:
+        paths = fetch_data_or_exit(parser, args, DATASET)
+        args.pos, args.neg = paths["rt-polarity.pos"], paths["rt-polarity.neg"]
+    require_files(parser, {"--pos": args.pos, "--neg": args.neg}, "pass --pos FILE --neg FILE, one text per line")
     return args
 
 

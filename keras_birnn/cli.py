@@ -103,8 +103,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where downloads are kept, DIR/datasets/keras_birnn/ (default: Keras's "
                         "cache, $KERAS_HOME or ~/.keras)")
     parser.add_argument("--data-url", metavar="URL", default=None,
-                        help="download URL/<data set>/<file> instead of the data's public source "
-                        "(a mirror laid out as --data-dir); the checksums still apply")
+                        help="download URL/<data set>/<file>, a web server over a copy laid out as "
+                        "--data-dir, the checksums still applying (default: the data's public source, "
+                        "keras_birnn.downloads.DATASETS)")
 
 
 def fetch_data_or_exit(

@@ -49,6 +49,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import urllib.error
 import zipfile
 from typing import Dict, Mapping, Optional, Sequence
 
@@ -90,7 +91,10 @@ class DataSet:
     source: str = ""
 
 
-_UD_EWT = "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/4c89b5833a70aa5ed3a00bad2f23f57992cc7df8"
+# The commit of UD_English-EWT's release tag r2.16.
+_UD_EWT = (
+    "https://raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/4c89b5833a70aa5ed3a00bad2f23f57992cc7df8"
+)
 # NLTK's data packages (github.com/nltk/nltk_data, branch gh-pages); one
 # pinned commit for the three archives, each unchanged since it was added.
 _NLTK = "https://raw.githubusercontent.com/nltk/nltk_data/5db857e6f7df11eabb5e5665836db9ec8df07e28/packages/corpora"
@@ -252,29 +256,31 @@ def _from_cache_or_download(dataset: DataSet, files: Sequence[str], cache_dir, b
     if base_url is not None:
         for file in stale:
             url = f"{base_url.rstrip('/')}/{dataset.folder}/{file}"
-            paths[file] = _download(url, folder, file, dataset.files[file])
+            paths[file] = _download(url, folder, file, dataset.files[file], [file])
     elif dataset.archive is None:
         for file in stale:
-            paths[file] = _download(dataset.url.format(name=file), folder, file, dataset.files[file])
+            paths[file] = _download(dataset.url.format(name=file), folder, file, dataset.files[file], [file])
     else:
         paths.update(_from_archive(dataset, stale, folder))
     return paths
 
 
-def _download(url: str, folder: str, fname: str, sha256: Optional[str]) -> str:
+def _download(url: str, folder: str, fname: str, sha256: Optional[str], files: Sequence[str]) -> str:
     """`url` saved as `folder/fname` (replacing what is there), checked
     against `sha256` when given; a file that fails the check is removed,
-    so the next call downloads it again."""
+    so the next call downloads it again. `files`: the data files it
+    provides, for the message when it cannot be had."""
     target = os.path.join(folder, fname)
     if os.path.exists(target):
         os.remove(target)  # a stale copy: get_file would keep it
     try:
         path = keras.utils.get_file(fname=fname, origin=url, cache_dir=folder, cache_subdir="")
     except Exception as error:  # get_file raises a bare Exception for every URL failure
+        cause = error.__context__ if isinstance(error.__context__, urllib.error.URLError) else error
+        mirrored = ", ".join(f"DIR/{os.path.basename(folder)}/{file}" for file in files)
         raise DataUnavailableError(
-            f"could not download {url} ({error}). Without network, use a local copy of the data: "
-            f"pass {DATA_FLAG} DIR or set {DATA_ENV}=DIR, with the files as DIR/<folder>/<file> "
-            f"(here DIR/{os.path.basename(folder)}/{fname})"
+            f"could not download {url} ({cause}). Without network, use a local copy of the data: "
+            f"pass {DATA_FLAG} DIR or set {DATA_ENV}=DIR, with {mirrored}"
         ) from error
     if sha256 is not None:
         try:
@@ -288,7 +294,7 @@ def _download(url: str, folder: str, fname: str, sha256: Optional[str]) -> str:
 def _from_archive(dataset: DataSet, files: Sequence[str], folder: str) -> Dict[str, str]:
     """Downloads `dataset`'s zip archive, extracts `files` into `folder`
     (each checked), and removes the archive."""
-    archive = _download(dataset.url, folder, os.path.basename(dataset.url), dataset.archive_sha256)
+    archive = _download(dataset.url, folder, os.path.basename(dataset.url), dataset.archive_sha256, files)
     paths = {}
     try:
         with zipfile.ZipFile(archive) as zipped:

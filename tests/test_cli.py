@@ -102,3 +102,25 @@ def test_without_autotuning_keeps_the_elements():
     quiet = without_autotuning(data)
     assert quiet.options().autotune.enabled is False
     assert [b.numpy().tolist() for b in quiet] == [[0, 1], [2, 3], [4]]
+
+
+def test_data_arguments_default_to_the_environment_then_a_download(tmp_path, monkeypatch):
+    """No flag: None everywhere (fetch_data then reads KERAS_BIRNN_DATA);
+    with --data-dir, a mirror of the registered files answers without network."""
+    import hashlib
+
+    from keras_birnn.downloads import DataSet
+
+    parser = argparse.ArgumentParser(prog="example")
+    cli.add_data_arguments(parser)
+    args = parser.parse_args([])
+    assert (args.data_dir, args.cache_dir, args.data_url) == (None, None, None)
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "a.txt").write_bytes(b"a line\n")
+    tiny = {"tiny": DataSet("tiny", {"a.txt": hashlib.sha256(b"a line\n").hexdigest()}, "http://127.0.0.1:9/{name}")}
+    monkeypatch.setattr(cli.downloads, "DATASETS", tiny)
+    monkeypatch.setenv("KERAS_BIRNN_DATA", str(tmp_path))
+    assert cli.fetch_data_or_exit(parser, args, "tiny") == {"a.txt": str(tmp_path / "tiny" / "a.txt")}
+    monkeypatch.delenv("KERAS_BIRNN_DATA")
+    args = parser.parse_args(["--data-dir", str(tmp_path)])
+    assert cli.fetch_data_or_exit(parser, args, "tiny", ["a.txt"]) == {"a.txt": str(tmp_path / "tiny" / "a.txt")}

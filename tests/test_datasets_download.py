@@ -140,13 +140,15 @@ def test_archive_is_extracted_checked_and_removed(www, tmp_path):
 def test_archive_checksums_name_the_archive_or_the_member(www, tmp_path):
     with serving(www) as server:
         bad_member = registry(server.url, archive=True, sha={"b.txt": "0" * 64})
-        with pytest.raises(ChecksumError, match=rf"tiny/b.txt of .*tiny.zip: .*expected 0{{64}}, received {SHA['b.txt']}"):
+        message = rf"tiny/b.txt of .*tiny.zip: .*expected 0{{64}}, received {SHA['b.txt']}"
+        with pytest.raises(ChecksumError, match=message):
             fetch_data("tiny", cache_dir=str(tmp_path / "cache"), registry=bad_member)
         folder = tmp_path / "cache" / "datasets" / "keras_birnn" / "tiny"
         assert sorted(os.listdir(folder)) == ["a.txt"]  # neither the bad member nor the archive stays
         archive_sha = hashlib.sha256((www / "zips" / "tiny.zip").read_bytes()).hexdigest()
         wrong = {"tiny": dataclasses.replace(registry(server.url, archive=True)["tiny"], archive_sha256="f" * 64)}
-        with pytest.raises(ChecksumError, match=rf"tiny.zip: SHA-256 mismatch: expected f{{64}}, received {archive_sha}"):
+        message = rf"tiny.zip: SHA-256 mismatch: expected f{{64}}, received {archive_sha}"
+        with pytest.raises(ChecksumError, match=message):
             fetch_data("tiny", ["b.txt"], cache_dir=str(tmp_path / "cache2"), registry=wrong)
 
 
@@ -191,8 +193,12 @@ def test_no_network_and_no_mirror_names_the_url_and_the_flags(tmp_path):
     assert isinstance(info.value, OSError)
     message = str(info.value)
     assert f"could not download {url}/plain/a.txt" in message
-    assert "--data-dir DIR" in message and f"{DATA_ENV}=DIR" in message and "DIR/tiny/a.txt" in message
+    assert "--data-dir DIR" in message and f"{DATA_ENV}=DIR" in message and "with DIR/tiny/a.txt" in message
     assert os.listdir(tmp_path / "cache" / "datasets" / "keras_birnn" / "tiny") == []
+    with pytest.raises(DataUnavailableError) as info:  # an archive: the mirror holds its files, not the zip
+        fetch_data("tiny", cache_dir=str(tmp_path / "cache"), registry=registry(url, archive=True))
+    assert f"could not download {url}/zips/tiny.zip" in str(info.value)
+    assert str(info.value).endswith("with DIR/tiny/a.txt, DIR/tiny/b.txt")
 
 
 def test_example_helper_exits_2_naming_the_url_and_the_flag(tmp_path, capsys):

@@ -226,6 +226,22 @@ def test_sentence_classification_trains_each_head():
     assert "Held-out accuracy (30 sentences)" in text
 
 
+@needs_polarity
+def test_sentence_classification_finds_its_default_data(monkeypatch, tmp_path):
+    """--data-dir (else KERAS_BIRNN_DATA) is a local copy used as it is;
+    --pos and --neg go together."""
+    sent = load_example("sentence_classification")
+    expected = (os.path.join(POLARITY, "rt-polarity.pos"), os.path.join(POLARITY, "rt-polarity.neg"))
+    args = sent.parse_args(["--data-dir", os.path.dirname(POLARITY)])
+    assert (args.pos, args.neg) == expected
+    monkeypatch.setenv("KERAS_BIRNN_DATA", os.path.dirname(POLARITY))
+    args = sent.parse_args([])
+    assert (args.pos, args.neg) == expected
+    there = tmp_path / "there.txt"
+    there.write_text("a line\n")
+    assert "--pos and --neg go together" in _refused(sent.parse_args, ["--pos", str(there)])
+
+
 def test_sentence_split_is_fixed_seeded_and_disjoint():
     sent = load_example("sentence_classification")
     train, val, test = sent.split_indices(10_662, seed=0)
@@ -394,9 +410,10 @@ def test_missing_default_data_names_the_flags(tmp_path, monkeypatch):
     """As in a fresh clone: no ../shared/data beside the repository, no network."""
     absent = tmp_path / "absent"
     sent = load_example("sentence_classification")
-    monkeypatch.setattr(sent, "DEFAULT_DIR", str(absent))
-    text = _refused(sent.parse_args, [])
-    assert "--pos" in text and "--neg FILE" in text and "rt-polaritydata.tar.gz" in text and "default" in text
+    monkeypatch.delenv("KERAS_BIRNN_DATA", raising=False)
+    text = _refused(sent.parse_args, ["--data-url", absent.as_uri(), "--cache-dir", str(tmp_path / "cache")])
+    assert f"could not download {absent.as_uri()}/sentence_polarity/rt-polarity.pos" in text
+    assert "--data-dir DIR" in text and "KERAS_BIRNN_DATA=DIR" in text and "default data" in text
     pos = load_example("pos_tagging")
     monkeypatch.setattr(pos, "UD_URL", absent.as_uri() + "/{name}")  # a download that fails
     text = _refused(pos.parse_args, ["--cache-dir", str(tmp_path / "cache")])
