@@ -9,7 +9,7 @@ from keras_birnn import compile_policy, recurrence
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.cells.base import RecurrentCell
 from keras_birnn.functions import serialize_activation
-from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows
+from keras_birnn.masking import ragged_mask, sequence_input, zero_empty_rows, zero_padding
 from keras_birnn.recurrent import SEQUENCE_ARGUMENTS, Recurrent, keras_equivalent, parse_initial_state
 from keras_birnn.serialization import attributes, deserialized, refuse_config
 
@@ -265,10 +265,13 @@ class Bidirectional(compile_policy.LoopReporting, keras.layers.Layer):
             in its direction's compute dtype.
         """
         forward_init, backward_init = self._split_initial_state(initial_state)
+        # Padding zeroed once: without input dropout both directions then read
+        # one tensor, which lets a fused engine run them as one kernel call.
+        inputs = zero_padding(inputs, mask)
         return tuple(recurrence.run(
             [
-                self.forward_layer.direction(inputs, mask, forward_init, training),
-                self.backward_layer.direction(inputs, mask, backward_init, training),
+                self.forward_layer.direction(inputs, mask, forward_init, training, padded=True),
+                self.backward_layer.direction(inputs, mask, backward_init, training, padded=True),
             ],
             mask,
             self.return_sequences if return_sequences is None else return_sequences,

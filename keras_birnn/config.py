@@ -82,6 +82,9 @@ class LoopConfig:
             first (`kb.clear_loop_cache()` drops them all).
         max_counted_shapes: Shapes per layer whose calls are counted for
             the compile policy; shapes met after that run plain, uncounted.
+        fused_kernels: On PyTorch, eligible loops run PyTorch's own fused
+            GRU/LSTM/RNN kernels on packed sequences (`recurrence.fused`);
+            False: the portable engine's step loop. Read per call.
     """
 
     xla: bool = True
@@ -101,6 +104,7 @@ class LoopConfig:
     grouped_from_items: int = 256
     loop_cache_size: int = 512
     max_counted_shapes: int = 4_096
+    fused_kernels: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):

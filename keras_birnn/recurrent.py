@@ -213,11 +213,13 @@ class Recurrent(compile_policy.LoopReporting, keras.layers.Layer):
         with tf.control_dependencies([check]):
             return tf.identity(state)
 
-    def direction(self, inputs, mask=None, initial_state=None, training=None) -> recurrence.Direction:
-        """This layer's recurrence as a loop-ready `recurrence.Direction`."""
+    def direction(self, inputs, mask=None, initial_state=None, training=None,
+                  padded: bool = False) -> recurrence.Direction:
+        """This layer's recurrence as a loop-ready `recurrence.Direction`
+        (`padded`: the inputs' padded positions are zeros already)."""
         cell = self.cell
         dtype = self.compute_dtype
-        inputs = ops.cast(zero_padding(inputs, mask), dtype)
+        inputs = ops.cast(inputs if padded else zero_padding(inputs, mask), dtype)
         batch_size = ops.shape(inputs)[0]
         weights = cell.step_weights(dtype)
         input_mask, state_mask = cell.dropout_masks(batch_size, dtype, training)

@@ -1,10 +1,12 @@
 """`run`: the one place that picks the engine for the backend.
 
 TensorFlow runs the TensorFlow engine (`dispatch.run`: the loop plan,
-compiled loops, time buckets, the hand-written BPTT, exports); JAX and
-PyTorch run the portable engine (`portable.run`: a masked `keras.ops.scan`
-differentiated by the backend's autodiff). Both give the same numbers (the
-NumPy oracle tests run on every backend).
+compiled loops, time buckets, the hand-written BPTT, exports). PyTorch
+runs eligible loops on the fused engine (`fused.run`: PyTorch's own
+kernels on packed sequences) and the rest, like JAX, on the portable
+engine (`portable.run`: a masked `keras.ops.scan` differentiated by the
+backend's autodiff), which records why the fused one was not taken. All
+give the same numbers (the NumPy oracle tests run on every backend).
 """
 
 from typing import List, Optional, Sequence
@@ -36,4 +38,13 @@ def run(
         return dispatch.run(directions, mask, return_sequences, bptt=bptt, counter=counter)
     from keras_birnn.recurrence import portable
 
-    return portable.run(directions, mask, return_sequences, counter=counter)
+    not_fused = "no fused kernel on this backend"
+    if backend.NAME == "torch":
+        from keras_birnn.recurrence import fused
+
+        not_fused = fused.reason_not_fused(directions)
+        if not not_fused:
+            if counter is not None:
+                counter.note_plan(fused.plan(directions, mask))
+            return fused.run(directions, mask, return_sequences)
+    return portable.run(directions, mask, return_sequences, counter=counter, not_fused=not_fused)

@@ -40,11 +40,15 @@ HOISTED: bool = backend.NAME != "jax"
 
 
 class PortablePlan:
-    """What `loop_report()["plans"]` records for a call on this engine."""
+    """What `loop_report()["plans"]` records for a call on this engine,
+    with why the fused engine did not run it."""
 
-    @staticmethod
-    def describe() -> dict:
-        return {"path": "portable", "form": "hoisted loop" if HOISTED else "scan per direction"}
+    def __init__(self, not_fused: str = ""):
+        self.not_fused = not_fused
+
+    def describe(self) -> dict:
+        form = "hoisted loop" if HOISTED else "scan per direction"
+        return {"path": "portable", "form": form, "not fused": self.not_fused}
 
 
 def _time_major(x, reverse: bool):
@@ -120,7 +124,7 @@ def _loops(directions: Sequence[Direction], mask, initial, return_sequences: boo
 
 
 def run(directions: Sequence[Direction], mask=None, return_sequences: bool = True,
-        counter=None) -> List[DirectionResult]:
+        counter=None, not_fused: str = "") -> List[DirectionResult]:
     """Runs every direction over the whole sequence (see the module's doc).
 
     Args:
@@ -129,9 +133,10 @@ def run(directions: Sequence[Direction], mask=None, return_sequences: bool = Tru
         return_sequences: Collect per-step outputs (else only final states).
         counter: The calling layer's `compile_policy.ShapeCounter`, which
             records the plan for `loop_report()`.
+        not_fused: Why the fused engine did not run these (recorded).
     """
     if counter is not None:
-        counter.note_plan(PortablePlan)
+        counter.note_plan(PortablePlan(not_fused))
     initial = [list(d.initial_states) for d in directions]
     if directions[0].inputs.shape[1] == 0:
         return _no_steps(directions, initial, return_sequences)

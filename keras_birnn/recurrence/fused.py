@@ -1,0 +1,227 @@
+"""The fused engine: PyTorch's own RNN kernels, fed packed sequences.
+
+On the PyTorch backend an eligible direction runs as one call of
+PyTorch's fused recurrence (`torch.gru`, `torch.lstm`, `torch.rnn_tanh`,
+`torch.rnn_relu`: cuDNN on a GPU, PyTorch's own kernels on a CPU) instead
+of the portable engine's step loop, with the same numbers.
+
+Masks of any pattern are exact through packing: each row's valid steps
+are gathered to the front (in their order, or in reverse order for a
+reversed direction: a row reversed within its own length), run as a
+packed sequence of the row's length, and the outputs are scattered back
+to the positions they came from (zeros at masked ones). A row with no
+valid step keeps its boundary states and outputs zeros. A masked step is
+thus absent, as in the portable engine, whether the padding is on the
+right, on the left or in holes.
+
+Eligible (`reason_not_fused` says why not, recorded in `loop_report()`):
+GRU with `reset_after=True` (PyTorch's convention), LSTM, simple RNN;
+PyTorch's activations (tanh and sigmoid gates; tanh or relu for the simple
+RNN); no recurrent dropout in effect (input dropout is applied before);
+float32 or float64; `LoopConfig.fused_kernels` on. Weights are re-laid
+from Keras's layout (GRU gates z, r, h; LSTM i, f, c, o) to PyTorch's
+(GRU r, z, n; LSTM i, f, g, o) by differentiable slicing, so gradients
+reach the layer's own variables through PyTorch's autograd.
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch.nn.utils import rnn as torch_rnn
+
+from keras_birnn.cells.derivatives import activation_name
+from keras_birnn.cells.gru import GRUMath
+from keras_birnn.cells.lstm import LSTMMath
+from keras_birnn.cells.simple_rnn import SimpleRNNMath
+from keras_birnn.config import loop_config
+from keras_birnn.recurrence.direction import Direction, DirectionResult
+
+_DTYPES = (torch.float32, torch.float64)
+
+
+class FusedPlan:
+    """What `loop_report()["plans"]` records for a call on this engine."""
+
+    def __init__(self, kernel: str, packed: bool, paired: bool):
+        self.kernel, self.packed, self.paired = kernel, packed, paired
+
+    def describe(self) -> dict:
+        form = f"torch.{self.kernel}" + (" bidirectional" if self.paired else "") + (" packed" if self.packed else "")
+        return {"path": "fused", "form": form}
+
+
+def _kernel_name(math) -> Tuple[Optional[str], str]:
+    """(PyTorch's kernel for this step maths, or None; why not)."""
+    gates = activation_name(getattr(math, "recurrent_activation", None))
+    act = activation_name(math.activation)
+    if isinstance(math, GRUMath):
+        if not math.reset_after:
+            return None, "GRU with reset_after=False (PyTorch's GRU resets after the matmul)"
+        return ("gru", "") if (act, gates) == ("tanh", "sigmoid") else (None, "GRU activations other than tanh/sigmoid")
+    if isinstance(math, LSTMMath):
+        return ("lstm", "") if (act, gates) == ("tanh", "sigmoid") else (None, "LSTM activations other than tanh/sigmoid")
+    if isinstance(math, SimpleRNNMath):
+        return (f"rnn_{act}", "") if act in ("tanh", "relu") else (None, f"simple RNN activation {act or 'custom'!r}")
+    return None, f"cell maths {type(math).__name__}"
+
+
+def reason_not_fused(directions: Sequence[Direction]) -> str:
+    """Why these directions cannot run on the fused engine ("" if they can)."""
+    if not loop_config().fused_kernels:
+        return "LoopConfig.fused_kernels is off"
+    if 0 in tuple(directions[0].inputs.shape[:2]):
+        return "an empty batch or time axis (nothing to pack)"
+    for direction in directions:
+        kernel, why = _kernel_name(direction.math)
+        if kernel is None:
+            return why
+        if direction.state_mask is not None:
+            return "recurrent dropout in effect"
+        if direction.inputs.dtype not in _DTYPES:
+            return f"dtype {direction.inputs.dtype} (the fused kernels take float32/float64)"
+    return ""
+
+
+def plan(directions: Sequence[Direction], mask) -> FusedPlan:
+    return FusedPlan(_kernel_name(directions[0].math)[0], mask is not None, _pair(directions))
+
+
+# --- weights ------------------------------------------------------------------------
+
+
+def _gru_order(w: torch.Tensor) -> torch.Tensor:
+    """Keras's GRU gate blocks (z, r, h) along axis 0 -> PyTorch's (r, z, n)."""
+    z, r, h = torch.chunk(w, 3, dim=0)
+    return torch.cat([r, z, h], dim=0)
+
+
+def _parameters(direction: Direction) -> List[torch.Tensor]:
+    """`[w_ih, w_hh, b_ih, b_hh]` in PyTorch's layout."""
+    w_ih, w_hh = direction.kernel.t(), direction.recurrent_kernel.t()
+    zeros = w_ih.new_zeros(w_ih.shape[0])
+    b_ih = zeros if direction.input_bias is None else direction.input_bias
+    b_hh = zeros if direction.recurrent_bias is None else direction.recurrent_bias
+    if isinstance(direction.math, GRUMath):
+        w_ih, w_hh, b_ih, b_hh = (_gru_order(w) for w in (w_ih, w_hh, b_ih, b_hh))
+    return [w.contiguous() for w in (w_ih, w_hh, b_ih, b_hh)]
+
+
+# --- packing ------------------------------------------------------------------------
+
+
+def _orders(mask: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the positions of its valid steps first, in time order and in
+    reverse time order (`[B, T]` each, masked positions after them): each
+    row is a permutation of its positions."""
+    forward = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
+    k = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0)
+    last = lengths.unsqueeze(1) - 1
+    reverse = torch.gather(forward, 1, torch.where(k <= last, last - k, k))
+    return forward, reverse
+
+
+def _gather_steps(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    return torch.gather(x, 1, order.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+def _scatter_steps(y: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Inverse of `_gather_steps` (`order` is a permutation per row)."""
+    return torch.zeros_like(y).scatter(1, order.unsqueeze(-1).expand(-1, -1, y.shape[-1]), y)
+
+
+# --- the kernels --------------------------------------------------------------------
+
+
+def _call(kernel: str, inputs, batch_sizes, states: List[torch.Tensor], params: List[torch.Tensor],
+          bidirectional: bool = False):
+    """One fused call on states `[directions, B, H]`; `batch_sizes` None for
+    a padded batch-first input. Returns (outputs, final states)."""
+    function = getattr(torch, kernel)
+    hx = states if kernel == "lstm" else states[0]
+    flags = (True, 1, 0.0, torch.is_grad_enabled(), bidirectional)  # biases, layers, dropout, train, both ways
+    if batch_sizes is None:
+        result = function(inputs, hx, params, *flags, True)
+    else:
+        result = function(inputs, batch_sizes, hx, params, *flags)
+    return result[0], list(result[1:])
+
+
+def _packed_call(kernel: str, x, lengths, states, params, bidirectional: bool = False):
+    """The fused call on rows whose valid steps come first (`lengths` of
+    them): outputs `[B, T, units]`, zeros past each row's length, and the
+    final states, a row without a valid step keeping its initial states."""
+    # Packing needs lengths >= 1: an empty row runs one step, then is reset below.
+    packed = torch_rnn.pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+    sorted_states = [s.index_select(1, packed.sorted_indices) for s in states]
+    data, final = _call(kernel, packed.data, packed.batch_sizes, sorted_states, params, bidirectional)
+    final = [s.index_select(1, packed.unsorted_indices) for s in final]
+    outputs, _ = torch_rnn.pad_packed_sequence(packed._replace(data=data), batch_first=True, total_length=x.shape[1])
+    empty = (lengths == 0).unsqueeze(-1)
+    return outputs, [torch.where(empty, s0, s) for s0, s in zip(states, final)]
+
+
+def _one(direction: Direction, kernel: str, mask, lengths, orders) -> DirectionResult:
+    """One direction as one fused call (a reversed one on its rows reversed
+    within their lengths)."""
+    params = _parameters(direction)
+    states = [s.unsqueeze(0) for s in direction.initial_states]
+    if mask is None:
+        x = direction.inputs.flip(1) if direction.reverse else direction.inputs
+        outputs, final = _call(kernel, x.contiguous(), None, states, params)
+        outputs = outputs.flip(1) if direction.reverse else outputs
+    else:
+        order = orders[1] if direction.reverse else orders[0]
+        outputs, final = _packed_call(kernel, _gather_steps(direction.inputs, order), lengths, states, params)
+        outputs = _scatter_steps(outputs, order) * mask.unsqueeze(-1).to(outputs.dtype)
+    return DirectionResult(outputs, [s[0] for s in final])
+
+
+def _pair(directions: Sequence[Direction]) -> bool:
+    """Whether the directions are a forward and a reversed run of one
+    kernel over one input tensor: PyTorch's bidirectional call runs them."""
+    if len(directions) != 2:
+        return False
+    a, b = directions
+    return (not a.reverse and b.reverse and a.inputs is b.inputs and type(a.math) is type(b.math)
+            and a.recurrent_kernel.shape == b.recurrent_kernel.shape and a.kernel.dtype == b.kernel.dtype)
+
+
+def _bidirectional(directions, kernel: str, mask, lengths, orders) -> List[DirectionResult]:
+    """A forward and a reversed direction as one bidirectional kernel call;
+    PyTorch reverses each packed row within its length, as they need."""
+    params = _parameters(directions[0]) + _parameters(directions[1])
+    states = [torch.stack(pair) for pair in zip(*(d.initial_states for d in directions))]
+    x = directions[0].inputs
+    if mask is None:
+        outputs, final = _call(kernel, x.contiguous(), None, states, params, bidirectional=True)
+    else:
+        outputs, final = _packed_call(kernel, _gather_steps(x, orders[0]), lengths, states, params, True)
+        outputs = _scatter_steps(outputs, orders[0]) * mask.unsqueeze(-1).to(outputs.dtype)
+    units = outputs.shape[-1] // 2
+    return [DirectionResult(outputs[..., k * units:(k + 1) * units], [s[k] for s in final]) for k in (0, 1)]
+
+
+def run(directions: Sequence[Direction], mask=None, return_sequences: bool = True) -> List[DirectionResult]:
+    """Runs the directions as fused kernel calls (see the module's doc): a
+    forward and a reversed direction over one tensor as one bidirectional
+    call, else one call each.
+
+    Args:
+        directions: Eligible recurrences (`reason_not_fused` is "");
+            all share batch and time sizes.
+        mask: Optional bool `[batch, time]`.
+        return_sequences: Keep per-step outputs (else None).
+    """
+    lengths = orders = None
+    if mask is not None:
+        mask = mask.to(torch.bool)
+        lengths = mask.sum(dim=1)
+        orders = _orders(mask, lengths)
+    kernel = _kernel_name(directions[0].math)[0]
+    if _pair(directions):
+        results = _bidirectional(directions, kernel, mask, lengths, orders)
+    else:
+        results = [_one(d, _kernel_name(d.math)[0], mask, lengths, orders) for d in directions]
+    if not return_sequences:
+        results = [DirectionResult(None, r.final_states) for r in results]
+    return results
