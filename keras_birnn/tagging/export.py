@@ -60,7 +60,8 @@ def _check_model(model, encoder, tags) -> None:
             f"without `features`), received inputs {names}; export a model with more inputs with "
             "keras.export.ExportArchive."
         )
-    width = len(tags) if _crf_head(model) is not None else model.outputs[0].shape[-1]
+    crf = _crf_head(model)
+    width = crf.num_tags if crf is not None else model.outputs[0].shape[-1]
     if isinstance(tags, (str, bytes)) or not all(isinstance(t, str) for t in tags) or len(tags) != width:
         raise ValueError(f"`tags` must be the model's {width} tag names, received {tags!r}.")
 
