@@ -26,6 +26,8 @@ assertion when eager). On JAX the public functions run under `jax.jit`
 
 The layer (`CRF`) and the loss (`CRFLoss`) are thin wrappers around these
 functions; see the layer's docstring for how they fit Keras's `fit`.
+n-best decoding and path log-probabilities are in `keras_birnn.crf_decoding`,
+the tagging schemes of `allowed_transitions` in `keras_birnn.crf_constraints`.
 """
 
 from __future__ import annotations
@@ -425,7 +427,8 @@ class CRF(keras.layers.Layer):
     >>> x = kb.Bidirectional(kb.GRUCell(32), return_sequences=True)(x)
     >>> crf = kb.CRF(5, tags=["O", "B-PER", "I-PER", "B-LOC", "I-LOC"],
     ...              allowed_transitions="iob2")
-    >>> tagger = keras.Model(tokens, crf(keras.layers.Dense(5)(x)))
+    >>> emissions = keras.layers.Dense(5)(x)
+    >>> tagger = keras.Model(tokens, crf(emissions))
     >>> tagger.compile("adam", loss=kb.CRFLoss(), metrics=[keras.metrics.Accuracy()])
     >>> token_ids = np.array([[4, 9, 2, 0], [7, 3, 0, 0]])    # 0: padding
     >>> tag_ids = np.array([[1, 2, 0, 0], [3, 0, 0, 0]])      # int [batch, time]
@@ -433,7 +436,7 @@ class CRF(keras.layers.Layer):
     >>> tags = tagger.predict(token_ids, verbose=0)           # int32 tags, 0 at padding
     >>> tags.shape, tags.dtype, tags[1, 2:]
     ((2, 4), dtype('int32'), array([0, 0], dtype=int32))
-    >>> scores = keras.Model(tokens, crf.input)(token_ids)     # the emissions
+    >>> scores = keras.Model(tokens, emissions)(token_ids)
     >>> paths, log_p = crf.top_k(scores, mask=token_ids != 0, k=3, log_probabilities=True)
     >>> paths.shape, bool(np.all(np.exp(log_p) <= 1)), bool(np.all(paths[:, 0] == tags))
     (TensorShape([2, 3, 4]), True, True)
