@@ -34,6 +34,7 @@ from keras_birnn.cells.gru import GRUMath
 from keras_birnn.cells.lstm import LSTMMath
 from keras_birnn.cells.simple_rnn import SimpleRNNMath
 from keras_birnn.config import loop_config
+from keras_birnn.recurrence import packing
 from keras_birnn.recurrence.direction import Direction, DirectionResult
 
 _DTYPES = (torch.float32, torch.float64)
@@ -106,29 +107,6 @@ def _parameters(direction: Direction) -> List[torch.Tensor]:
     return [w.contiguous() for w in (w_ih, w_hh, b_ih, b_hh)]
 
 
-# --- packing ------------------------------------------------------------------------
-
-
-def _orders(mask: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Per row, the positions of its valid steps first, in time order and in
-    reverse time order (`[B, T]` each, masked positions after them): each
-    row is a permutation of its positions."""
-    forward = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
-    k = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0)
-    last = lengths.unsqueeze(1) - 1
-    reverse = torch.gather(forward, 1, torch.where(k <= last, last - k, k))
-    return forward, reverse
-
-
-def _gather_steps(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    return torch.gather(x, 1, order.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
-
-
-def _scatter_steps(y: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """Inverse of `_gather_steps` (`order` is a permutation per row)."""
-    return torch.zeros_like(y).scatter(1, order.unsqueeze(-1).expand(-1, -1, y.shape[-1]), y)
-
-
 # --- the kernels --------------------------------------------------------------------
 
 
@@ -160,7 +138,7 @@ def _packed_call(kernel: str, x, lengths, states, params, bidirectional: bool = 
     return outputs, [torch.where(empty, s0, s) for s0, s in zip(states, final)]
 
 
-def _one(direction: Direction, kernel: str, mask, lengths, orders) -> DirectionResult:
+def _one(direction: Direction, kernel: str, mask) -> DirectionResult:
     """One direction as one fused call (a reversed one on its rows reversed
     within their lengths)."""
     params = _parameters(direction)
@@ -170,9 +148,10 @@ def _one(direction: Direction, kernel: str, mask, lengths, orders) -> DirectionR
         outputs, final = _call(kernel, x.contiguous(), None, states, params)
         outputs = outputs.flip(1) if direction.reverse else outputs
     else:
-        order = orders[1] if direction.reverse else orders[0]
-        outputs, final = _packed_call(kernel, _gather_steps(direction.inputs, order), lengths, states, params)
-        outputs = _scatter_steps(outputs, order) * mask.unsqueeze(-1).to(outputs.dtype)
+        destination, lengths = packing.destinations(mask, direction.reverse)
+        outputs, final = _packed_call(kernel, packing.to_front(direction.inputs, destination), lengths,
+                                      states, params)
+        outputs = packing.to_positions(outputs, destination, mask)
     return DirectionResult(outputs, [s[0] for s in final])
 
 
@@ -186,7 +165,7 @@ def _pair(directions: Sequence[Direction]) -> bool:
             and a.recurrent_kernel.shape == b.recurrent_kernel.shape and a.kernel.dtype == b.kernel.dtype)
 
 
-def _bidirectional(directions, kernel: str, mask, lengths, orders) -> List[DirectionResult]:
+def _bidirectional(directions, kernel: str, mask) -> List[DirectionResult]:
     """A forward and a reversed direction as one bidirectional kernel call;
     PyTorch reverses each packed row within its length, as they need."""
     params = _parameters(directions[0]) + _parameters(directions[1])
@@ -195,8 +174,9 @@ def _bidirectional(directions, kernel: str, mask, lengths, orders) -> List[Direc
     if mask is None:
         outputs, final = _call(kernel, x.contiguous(), None, states, params, bidirectional=True)
     else:
-        outputs, final = _packed_call(kernel, _gather_steps(x, orders[0]), lengths, states, params, True)
-        outputs = _scatter_steps(outputs, orders[0]) * mask.unsqueeze(-1).to(outputs.dtype)
+        destination, lengths = packing.destinations(mask)
+        outputs, final = _packed_call(kernel, packing.to_front(x, destination), lengths, states, params, True)
+        outputs = packing.to_positions(outputs, destination, mask)
     units = outputs.shape[-1] // 2
     return [DirectionResult(outputs[..., k * units:(k + 1) * units], [s[k] for s in final]) for k in (0, 1)]
 
@@ -212,16 +192,11 @@ def run(directions: Sequence[Direction], mask=None, return_sequences: bool = Tru
         mask: Optional bool `[batch, time]`.
         return_sequences: Keep per-step outputs (else None).
     """
-    lengths = orders = None
-    if mask is not None:
-        mask = mask.to(torch.bool)
-        lengths = mask.sum(dim=1)
-        orders = _orders(mask, lengths)
-    kernel = _kernel_name(directions[0].math)[0]
+    mask = None if mask is None else mask.to(torch.bool)
     if _pair(directions):
-        results = _bidirectional(directions, kernel, mask, lengths, orders)
+        results = _bidirectional(directions, _kernel_name(directions[0].math)[0], mask)
     else:
-        results = [_one(d, _kernel_name(d.math)[0], mask, lengths, orders) for d in directions]
+        results = [_one(d, _kernel_name(d.math)[0], mask) for d in directions]
     if not return_sequences:
         results = [DirectionResult(None, r.final_states) for r in results]
     return results
