@@ -70,7 +70,7 @@ class CharCNN(keras.layers.Layer):
     >>> from keras_birnn.tagging.builder import CharCNN
     >>> chars = np.array([[[3, 4, 0], [5, 0, 0]]])              # [batch, words, chars]
     >>> embedded = keras.layers.Embedding(8, 4, mask_zero=True)(chars)
-    >>> CharCNN(6)(embedded).shape
+    >>> tuple(CharCNN(6)(embedded).shape)
     (1, 2, 6)
     """
 
