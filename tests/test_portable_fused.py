@@ -1,12 +1,22 @@
-"""The fused engine (`keras_birnn/recurrence/fused.py`, PyTorch only):
-PyTorch's own GRU/LSTM/RNN kernels on packed sequences.
+"""The fused engines: PyTorch's own GRU/LSTM/RNN kernels on packed
+sequences (`keras_birnn/recurrence/fused_torch.py`) and cuDNN's LSTM on
+JAX (`fused_jax.py`).
 
-Against the NumPy oracle and against the portable engine (the same layer
-with `kb.configure_loops(fused_kernels=False)`), forward and gradients, on
-every mask pattern, for the bidirectional pair (one bidirectional kernel
-call) and for single directions (`kb.Recurrent`, and a `kb.Bidirectional`
-whose directions read different inputs under input dropout); which loops
-it takes and why the others are left to the portable engine.
+On PyTorch, against the NumPy oracle and against the portable engine (the
+same layer with `kb.configure_loops(fused_kernels=False)`), forward and
+gradients, on every mask pattern, for the bidirectional pair (one
+bidirectional kernel call) and for single directions (`kb.Recurrent`, and
+a `kb.Bidirectional` whose directions read different inputs under input
+dropout); which loops it takes and why the others are left to the
+portable engine.
+
+On JAX the cuDNN call needs a GPU. On a CPU these tests stand JAX's own
+reference LSTM (`jax.experimental.rnn.lstm_ref`, which reads the flat
+cuDNN weight blob through `unpack_lstm_weights` and honours
+`seq_lengths` as cuDNN does, reversing a row within its length) in for
+`jax.experimental.rnn.lstm`: everything but the kernel (weight layout,
+packing, lengths, boundary states, empty rows) is checked against the
+oracle; `benchmarks/gpu_run.sh` runs the kernel itself on the lent GPU.
 """
 
 import keras
@@ -17,9 +27,10 @@ import keras_birnn as kb
 import reference as ref
 from birnn_cases import CELLS, B, F, T, U, make_case
 from helpers import MASK_4x6, PADDING_PATTERNS_4x6, assert_all_close
-from portable import BACKEND, to_numpy, value_and_gradients
+from portable import BACKEND, to_numpy, traced, value_and_gradients
 
-pytestmark = pytest.mark.skipif(BACKEND != "torch", reason="the fused engine runs on PyTorch only")
+torch_only = pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's fused engine")
+jax_only = pytest.mark.skipif(BACKEND != "jax", reason="JAX's fused engine")
 
 MASKS = dict(PADDING_PATTERNS_4x6, unmasked=None, mixed=MASK_4x6)
 FUSED_CELLS = ["gru_reset_after", "lstm", "simple_tanh", "simple_relu"]
@@ -35,6 +46,7 @@ def _gradients(case, mask):
     return value_and_gradients(case.layer, lambda out: keras.ops.sum(out[0] * weights), case.x, mask)
 
 
+@torch_only
 @pytest.mark.parametrize("mask_name", list(MASKS))
 @pytest.mark.parametrize("cell_name", FUSED_CELLS)
 def test_bidirectional_pair_matches_oracle_and_portable_engine(cell_name, mask_name):
@@ -54,6 +66,7 @@ def test_bidirectional_pair_matches_oracle_and_portable_engine(cell_name, mask_n
     assert "portable" in _paths(case.layer)
 
 
+@torch_only
 @pytest.mark.parametrize("mask_name", ["mixed", "left", "holes", "fully_masked", "unmasked"])
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("cell_name", ["gru_reset_after", "lstm"])
@@ -80,6 +93,7 @@ def test_one_direction_matches_oracle_with_gradients(cell_name, reverse, mask_na
     assert_all_close(gradients[1:4], [grads[k] for k in ("kernel", "recurrent_kernel", "bias")])
 
 
+@torch_only
 def test_input_dropout_runs_each_direction_alone_with_the_portable_numbers():
     """Under input dropout the directions read different inputs: one fused
     call each, the same numbers as the portable engine with the same seed."""
@@ -95,6 +109,7 @@ def test_input_dropout_runs_each_direction_alone_with_the_portable_numbers():
     assert_all_close(results[0], results[1])
 
 
+@torch_only
 def test_float64_is_fused_and_exact():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float64")
@@ -107,6 +122,7 @@ def test_float64_is_fused_and_exact():
     assert_all_close(out, case.oracle(MASK_4x6), atol=1e-12, rtol=1e-12)
 
 
+@torch_only
 @pytest.mark.parametrize("make_cell, call, reason", [
     (lambda: kb.GRUCell(U, reset_after=False), {}, "reset_after=False"),
     (lambda: kb.LSTMCell(U, recurrent_dropout=0.5), {"training": True}, "recurrent dropout"),
@@ -123,8 +139,82 @@ def test_what_is_not_fused_runs_portable_and_says_why(make_cell, call, reason):
     assert plan["path"] == "portable" and reason in plan["not fused"], plan
 
 
+@torch_only
 def test_empty_batch_and_time_axis_run_portable():
     layer = kb.Bidirectional(kb.GRUCell(U), return_sequences=True)
     assert to_numpy(layer(np.zeros((0, T, F), np.float32), mask=np.zeros((0, T), bool))).shape == (0, T, 2 * U)
     assert np.all(to_numpy(layer(np.zeros((B, 0, F), np.float32))) == 0)
     assert all("empty" in plan["not fused"] for plan in layer.loop_report()["plans"])
+
+
+# --- JAX: cuDNN's LSTM, its reference standing in on a CPU ----------------------------
+
+
+@pytest.fixture
+def cudnn_stand_in(monkeypatch):
+    """`fused_jax` believing it is on a GPU, `jax.experimental.rnn.lstm`
+    replaced by JAX's reference implementation of the same call."""
+    from jax.experimental import rnn as jax_rnn
+
+    from keras_birnn.recurrence import fused_jax
+
+    def reference_lstm(x, h0, c0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
+                       bidirectional):
+        unpacked = jax_rnn.unpack_lstm_weights(weights, input_size, hidden_size, num_layers, bidirectional)
+        return jax_rnn.lstm_ref(x, h0, c0, *unpacked, seq_lengths, input_size, hidden_size, num_layers,
+                                dropout, bidirectional)
+
+    monkeypatch.setattr(fused_jax, "on_gpu", lambda: True)
+    monkeypatch.setattr(fused_jax, "jax_rnn", type("StandIn", (), {"lstm": staticmethod(reference_lstm)}))
+
+
+@jax_only
+@pytest.mark.parametrize("mask_name", list(MASKS))
+def test_jax_cudnn_lstm_pair_matches_oracle_with_gradients(cudnn_stand_in, mask_name):
+    case = make_case("lstm", "concat", return_state=True, initial_state=0.5)
+    mask = MASKS[mask_name]
+    half = [np.full((B, U), 0.5)] * 2
+    assert_all_close(traced(case.layer, case.x, mask), case.oracle(mask, half, half))
+    assert case.layer.loop_report()["plans"][0]["form"].startswith("cudnn lstm bidirectional")
+    d_output = case.random_d_output()
+    weights = keras.ops.convert_to_tensor(np.asarray(d_output, np.float32))
+    _, gradients = value_and_gradients(case.layer, lambda out: keras.ops.sum(out[0] * weights), case.x, mask)
+    with kb.configure_loops(fused_kernels=False):
+        _, portable_gradients = value_and_gradients(
+            case.layer, lambda out: keras.ops.sum(out[0] * weights), case.x, mask)
+    assert_all_close(gradients, portable_gradients)
+
+
+@jax_only
+@pytest.mark.parametrize("mask_name", ["mixed", "left", "fully_masked", "unmasked"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_jax_cudnn_lstm_one_direction_matches_oracle(cudnn_stand_in, reverse, mask_name):
+    rng = np.random.default_rng(3)
+    params = {k: np.asarray(v, np.float32) for k, v in ref.random_params("lstm", F, U, rng).items()}
+    layer = kb.Recurrent(kb.LSTMCell(U), reverse=reverse, return_sequences=True, return_state=True)
+    layer.build((None, None, F))
+    layer.cell.set_weights([params["kernel"], params["recurrent_kernel"], params["bias"]])
+    x = rng.normal(size=(B, T, F)).astype(np.float32)
+    mask = MASKS[mask_name]
+    outputs, finals = ref.run_direction("lstm", params, x, mask, reverse=reverse)
+    assert_all_close(traced(layer, x, mask), [outputs] + list(finals))
+    assert layer.loop_report()["plans"][0]["path"] == "fused"
+
+
+@jax_only
+def test_jax_what_is_not_fused_says_why(cudnn_stand_in):
+    x = np.random.default_rng(0).normal(size=(B, T, F)).astype(np.float32)
+    for cell, reason in ((kb.GRUCell(U), "no cuDNN kernel for GRU"),
+                         (kb.LSTMCell(U, activation="relu"), "activations other than tanh/sigmoid")):
+        layer = kb.Bidirectional(cell)
+        layer(x, mask=MASK_4x6)
+        (plan,) = layer.loop_report()["plans"]
+        assert plan["path"] == "portable" and reason in plan["not fused"], plan
+
+
+@jax_only
+def test_jax_on_a_cpu_runs_portable_and_says_why():
+    layer = kb.Bidirectional(kb.LSTMCell(U))
+    layer(np.zeros((B, T, F), np.float32))
+    (plan,) = layer.loop_report()["plans"]
+    assert plan["path"] == "portable" and "not a GPU" in plan["not fused"]

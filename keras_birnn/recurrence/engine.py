@@ -1,12 +1,13 @@
 """`run`: the one place that picks the engine for the backend.
 
 TensorFlow runs the TensorFlow engine (`dispatch.run`: the loop plan,
-compiled loops, time buckets, the hand-written BPTT, exports). PyTorch
-runs eligible loops on the fused engine (`fused.run`: PyTorch's own
-kernels on packed sequences) and the rest, like JAX, on the portable
-engine (`portable.run`: a masked `keras.ops.scan` differentiated by the
-backend's autodiff), which records why the fused one was not taken. All
-give the same numbers (the NumPy oracle tests run on every backend).
+compiled loops, time buckets, the hand-written BPTT, exports). JAX and
+PyTorch run eligible loops on their fused engine (`fused_torch.run`: PyTorch's
+own kernels on packed sequences; `fused_jax.run`: cuDNN's LSTM on a GPU)
+and the rest on the portable engine (`portable.run`: a masked
+`keras.ops.scan` differentiated by the backend's autodiff), which records
+why the fused one was not taken. All give the same numbers (the NumPy
+oracle tests run on every backend).
 """
 
 from typing import List, Optional, Sequence
@@ -38,13 +39,21 @@ def run(
         return dispatch.run(directions, mask, return_sequences, bptt=bptt, counter=counter)
     from keras_birnn.recurrence import portable
 
-    not_fused = "no fused kernel on this backend"
-    if backend.NAME == "torch":
-        from keras_birnn.recurrence import fused
-
-        not_fused = fused.reason_not_fused(directions)
-        if not not_fused:
-            if counter is not None:
-                counter.note_plan(fused.plan(directions, mask))
-            return fused.run(directions, mask, return_sequences)
+    fused = _fused_engine()
+    not_fused = fused.reason_not_fused(directions)
+    if not not_fused:
+        if counter is not None:
+            counter.note_plan(fused.plan(directions, mask))
+        return fused.run(directions, mask, return_sequences)
     return portable.run(directions, mask, return_sequences, counter=counter, not_fused=not_fused)
+
+
+def _fused_engine():
+    """The backend's fused engine: PyTorch's kernels, or cuDNN's LSTM on JAX."""
+    if backend.NAME == "torch":
+        from keras_birnn.recurrence import fused_torch
+
+        return fused_torch
+    from keras_birnn.recurrence import fused_jax
+
+    return fused_jax
