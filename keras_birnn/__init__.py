@@ -21,6 +21,7 @@ from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
 # The diagnostics module keeps its public name kb.inspect (a module file named
 # inspect.py shadowed the standard library for scripts run from the package).
 from keras_birnn import diagnostics as inspect  # noqa: E402  (kb.inspect.direction_norms, ...)
+from keras_birnn import tagging  # noqa: E402  (kb.tagging.build_tagger, ...)
 
 if _backend.IS_TENSORFLOW:
     from keras_birnn.export import check_graph_ops, export_saved_model
@@ -69,4 +70,5 @@ __all__ = [
     "StackedBidirectional",
     "stacked_bidirectional",
     "inspect",
+    "tagging",
 ]
