@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The one command for the lent GPU machine (issue 43): bench_backends.py on
-# the torch backend, then on the jax backend, ending within 8 minutes.
+# The one command for the lent GPU machine: the fused engines' exactness
+# tests on the GPU (TF32 off, tests/portable.py), then bench_backends.py on
+# the torch backend and on the jax backend, ending within 8 minutes.
 #
 # That machine has python3 with torch, jax, flax, numpy, rich, h5py,
 # ml-dtypes, absl-py and packaging, but no Keras, no TensorFlow and no
@@ -9,7 +10,7 @@
 # here with
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-#     --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree
+#     --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree pytest pluggy iniconfig
 #
 # Run from anywhere: bash benchmarks/gpu_run.sh. Logs and JSON go to $OUT
 # (the device tool's folder; /tmp/bench_backends_out otherwise).
@@ -25,10 +26,17 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   || { echo "gpu_run: installing .whl/*.whl failed" | tee "$OUT/install.log"; exit 1; }
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || true; } > "$OUT/nvidia-smi.txt"
 
+# The fused engines on the GPU against the NumPy oracle and the portable
+# engine, gradients included (cuDNN through PyTorch; cuDNN's LSTM on JAX).
+for backend in torch jax; do
+  KERAS_BACKEND=$backend timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider -x \
+    tests/test_portable_fused.py tests/test_portable_layers.py 2>&1 | tail -15 | tee "$OUT/tests_$backend.log"
+done
+
 # Seconds: `timeout` kills a run (10 s after TERM, KILL); --time-budget makes
 # the script skip its remaining cases earlier, so that its summary and JSON
-# are written. 240 + 200 + 2 x 10 + the install stay under 480.
-for spec in torch:240:170 jax:200:130; do
+# are written. 2 x 65 + 190 + 150 + 2 x 10 + the install stay under 480.
+for spec in torch:190:130 jax:150:100; do
   IFS=: read -r backend limit budget <<< "$spec"
   log="$OUT/bench_backends_$backend.log"
   KERAS_BACKEND=$backend PYTHONUNBUFFERED=1 timeout -k 10 "$limit" \

@@ -24,6 +24,24 @@ BACKEND = keras.backend.backend()
 ALL_BACKENDS = ("tensorflow", "jax", "torch")
 
 
+def _full_float32_precision() -> None:
+    """On a GPU, TF32 matmuls (10-bit mantissas) would loosen the 1e-5
+    oracle tests: every backend's full float32 mode is set here, for all
+    the portable tests (a no-op on a CPU)."""
+    if BACKEND == "torch":
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    elif BACKEND == "jax":
+        import jax
+
+        jax.config.update("jax_default_matmul_precision", "highest")
+
+
+_full_float32_precision()
+
+
 def to_numpy(structure):
     """Nested tensors of any backend as NumPy arrays."""
     return keras.tree.map_structure(lambda t: keras.ops.convert_to_numpy(t), structure)

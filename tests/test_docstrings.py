@@ -96,6 +96,7 @@ def test_a_wrong_output_fails():
 # Docstrings whose examples take more than a few seconds, with the reason.
 SLOW = {
     "keras_birnn.crf.CRF": "model.fit traces the CRF tagger's training step (about 10-20 s on 2 cores)",
+    "keras_birnn.tagging.builder.build_tagger": "model.fit traces the tagger's training step (about 10 s)",
 }
 
 

@@ -212,7 +212,32 @@ def test_jax_what_is_not_fused_says_why(cudnn_stand_in):
         assert plan["path"] == "portable" and reason in plan["not fused"], plan
 
 
+def _jax_gpu() -> bool:
+    if BACKEND != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+@pytest.mark.skipif(not _jax_gpu(), reason="cuDNN needs a GPU (benchmarks/gpu_run.sh runs this on the lent one)")
+@pytest.mark.parametrize("mask_name", list(MASKS))
+def test_jax_cudnn_lstm_on_a_gpu_matches_oracle_with_gradients(mask_name):
+    """The cuDNN kernel itself (TF32 off: tests/portable.py)."""
+    case = make_case("lstm", "concat", return_state=True)
+    mask = MASKS[mask_name]
+    assert_all_close(traced(case.layer, case.x, mask), case.oracle(mask))
+    assert case.layer.loop_report()["plans"][0]["path"] == "fused"
+    weights = keras.ops.convert_to_tensor(np.asarray(case.random_d_output(), np.float32))
+    _, gradients = value_and_gradients(case.layer, lambda out: keras.ops.sum(out[0] * weights), case.x, mask)
+    with kb.configure_loops(fused_kernels=False):
+        _, portable_gradients = value_and_gradients(
+            case.layer, lambda out: keras.ops.sum(out[0] * weights), case.x, mask)
+    assert_all_close(gradients, portable_gradients)
+
+
 @jax_only
+@pytest.mark.skipif(_jax_gpu(), reason="on a CPU only")
 def test_jax_on_a_cpu_runs_portable_and_says_why():
     layer = kb.Bidirectional(kb.LSTMCell(U))
     layer(np.zeros((B, T, F), np.float32))
