@@ -135,6 +135,8 @@ def _packed_call(kernel: str, x, lengths, states, params, bidirectional: bool = 
     final = [s.index_select(1, packed.unsorted_indices) for s in final]
     outputs, _ = torch_rnn.pad_packed_sequence(packed._replace(data=data), batch_first=True, total_length=x.shape[1])
     empty = (lengths == 0).unsqueeze(-1)
+    # The one step an empty row ran is its only non-zero output past a length.
+    outputs[:, 0] = torch.where(empty, 0.0, outputs[:, 0])
     return outputs, [torch.where(empty, s0, s) for s0, s in zip(states, final)]
 
 
@@ -151,7 +153,7 @@ def _one(direction: Direction, kernel: str, mask) -> DirectionResult:
         destination, lengths = packing.destinations(mask, direction.reverse)
         outputs, final = _packed_call(kernel, packing.to_front(direction.inputs, destination), lengths,
                                       states, params)
-        outputs = packing.to_positions(outputs, destination, mask)
+        outputs = packing.to_positions(outputs, destination)
     return DirectionResult(outputs, [s[0] for s in final])
 
 
@@ -176,7 +178,7 @@ def _bidirectional(directions, kernel: str, mask) -> List[DirectionResult]:
     else:
         destination, lengths = packing.destinations(mask)
         outputs, final = _packed_call(kernel, packing.to_front(x, destination), lengths, states, params, True)
-        outputs = packing.to_positions(outputs, destination, mask)
+        outputs = packing.to_positions(outputs, destination)
     units = outputs.shape[-1] // 2
     return [DirectionResult(outputs[..., k * units:(k + 1) * units], [s[k] for s in final]) for k in (0, 1)]
 
