@@ -1,12 +1,12 @@
 """The code shown in the docs runs.
 
-Every ```python block of a documented Markdown file is run: the blocks of one
-file in order, in one namespace, in a fresh Python process on TensorFlow
-whose working folder is a temporary one (the blocks write SavedModels and
-`.keras` files, and set global state such as a mixed-precision policy). A
-block that cannot run here is marked by an HTML comment on the line right
-before it, `<!-- skip-test: why -->`; the test lists every skip, and
-`test_skips_are_few` keeps them rare.
+Every ```python block of a documented Markdown file (README.md and
+docs/*.md) is run: the blocks of one file in order, in one namespace, in a
+fresh Python process on TensorFlow whose working folder is a temporary one
+(the blocks write SavedModels and `.keras` files, and set global state such
+as a mixed-precision policy). A block that cannot run here is marked by an
+HTML comment on the line right before it, `<!-- skip-test: why -->`; the
+test lists every skip, and `test_skips_are_few` keeps them rare.
 
 Every ```bash line that runs `python examples/<name>.py` or `python -m
 keras_birnn...` must name a script or module that exists, and each `--flag`
@@ -27,8 +27,7 @@ import pytest
 from test_docs_flags import EXAMPLES, option_strings, parser_of
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-# TODO(lead): add README.md once its rewrite lands (its blocks are not checked yet).
-DOCUMENTED = sorted((REPO / "docs").glob("*.md"))
+DOCUMENTED = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
 MAX_SKIPS = 3
 
 FENCE = re.compile(r"^ {0,3}```\s*(\w*)\s*$")
