@@ -21,7 +21,7 @@ from helpers import load_example
 REPO = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(path.stem for path in (REPO / "examples").glob("*.py"))
 # Rebuilt by other hands at the time of writing: their cases must flip to passing.
-REBUILT = {"conll_tagging", "pos_tagging", "sentence_classification"}
+REBUILT: set = set()
 
 
 class _Parser(Exception):

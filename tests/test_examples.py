@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from helpers import EWT, POLARITY, REPO, load_example, quietly, run_python
+from keras_birnn.tagging import TokenEncoder
 
 needs_ewt = pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 needs_polarity = pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")
@@ -126,29 +127,29 @@ def test_pos_tagger_savedmodel_serves_strings_to_tags_in_a_fresh_process(pos_run
     from keras_birnn.export import saved_model_xla_functions
 
     assert not saved_model_xla_functions(path)
-    sentences = [tokens for tokens, _, _ in result["dev"][:6]]
+    sentences = [tokens for tokens, _ in result["dev"][:6]]
     sentences.append(["Zyxwvut", "qwertyuiopasdfghjklzxc", "\u00e9t\u00e9", "!"])  # OOV words and characters
     padded = pos.pad_tokens(sentences).tolist()
     served = json.loads(run_python(f"""
         import json
         import tensorflow as tf
         serve = tf.saved_model.load({path!r}).signatures["serving_default"]
-        out = serve(tokens=tf.constant({json.dumps(padded)}))
+        out = serve(inputs=tf.constant({json.dumps(padded)}))
         print(json.dumps({{"tags": [[t.decode() for t in row] for row in out["tags"].numpy()],
-                          "probabilities": out["probabilities"].numpy().tolist()}}))
+                          "confidence": out["confidence"].numpy().tolist()}}))
     """))
     # The Keras model on the same sentences, encoded by the training pipeline.
     model = result["models"][result["best"]]
-    unlabelled = [(s, ["X"] * len(s), ["_"] * len(s)) for s in sentences]
-    encoded = pos.EncodedSet(unlabelled, result["encoder"], result["tags"])
-    predicted = pos.predict_tags(model, encoded)
+    encoded = pos.Encoded([(s, ["X"] * len(s)) for s in sentences], result["encoder"], result["tags"])
+    predicted = pos.predict_ids(model, encoded)
     (words, chars), _ = encoded.batch(list(range(len(sentences))))
     keras_probs = np.asarray(model((words, chars), training=False))
     for row, tokens in enumerate(sentences):
         n = len(tokens)
         assert served["tags"][row][:n] == [result["tags"][k] for k in predicted[row]]
         assert served["tags"][row][n:] == [""] * (len(padded[row]) - n)  # padding in, "" out
-        np.testing.assert_allclose(np.array(served["probabilities"][row])[:n], keras_probs[row, :n], atol=1e-5)
+        # The served confidence: the softmax's probability of the chosen tag.
+        np.testing.assert_allclose(np.array(served["confidence"][row])[:n], keras_probs[row, :n].max(-1), atol=1e-5)
 
 
 @pytest.mark.slow(reason="the pos_run fixture trains every tagger variant, ~37 s")
@@ -164,13 +165,13 @@ def test_pos_tagger_litert_takes_device_ids_and_equals_keras(pos_run):
     with open(os.path.join(os.path.dirname(path), "ids.json"), encoding="utf-8") as f:
         ids = json.load(f)
     assert ids["tags"] == list(result["tags"]) and ids["batch_size"] == 1
-    sentences = [tokens for tokens, _, _ in result["dev"][:4]]
+    sentences = [tokens for tokens, _ in result["dev"][:4]]
     sentences.append(["Zyxwvut", "qwertyuiopasdfghjklzxc", "\u00e9t\u00e9", "!"])  # OOV words and characters
     model = result["models"][result["best"]]
     interpreter = pos.litert_interpreter(path)
     for tokens in sentences:
         words, chars = pos.device_ids([tokens], ids)
-        expected_words, expected_chars = result["encoder"]([tokens])
+        expected_words, expected_chars = result["encoder"](pos.pad_tokens([tokens]))
         np.testing.assert_array_equal(words, expected_words)
         np.testing.assert_array_equal(chars, expected_chars)
         for shift in (0, 3):  # right padding only, then three padding words in front
@@ -182,9 +183,22 @@ def test_pos_tagger_litert_takes_device_ids_and_equals_keras(pos_run):
             np.testing.assert_allclose(got[valid], keras_probs[valid], atol=1e-5, rtol=1e-5)
 
 
-def test_token_encoder_keeps_prefix_and_suffix_of_long_words():
+def test_device_ids_equal_the_token_encoders():
+    """`device_ids` (plain Python, the LiteRT app's side) gives `TokenEncoder`'s ids: case, digits, long words."""
     pos = load_example("pos_tagging")
-    encoder = pos.TokenEncoder(words=["the"], chars=list("abcdefghijklmnopqrstuvwxyz"), max_chars=6)
+    encoder = TokenEncoder(max_chars=6, word_vocabulary=["the", "0000"], char_vocabulary=list("abcdehij0T"))
+    ids = {"words": encoder.get_word_vocabulary(), "chars": encoder.get_char_vocabulary(), "max_chars": 6,
+           "lowercase": True, "fold_digits": True}
+    sentences = [["The", "abcdefghij", "2024", "\u00e9t\u00e9"], ["THE", "x"]]
+    words, chars = pos.device_ids(sentences, ids)
+    expected_words, expected_chars = encoder(pos.pad_tokens(sentences))
+    np.testing.assert_array_equal(words, expected_words)
+    np.testing.assert_array_equal(chars, expected_chars)
+    assert words.tolist() == [[2, 1, 3, 1], [2, 1, 0, 0]]
+
+
+def test_token_encoder_keeps_prefix_and_suffix_of_long_words():
+    encoder = TokenEncoder(word_vocabulary=["the"], char_vocabulary=list("abcdefghijklmnopqrstuvwxyz"), max_chars=6)
     word_ids, char_ids = encoder([["The", "abcdefghij", ""], ["xyz", "", ""]])
     assert word_ids.numpy().tolist() == [[2, 1, 0], [1, 0, 0]]  # lower-cased; OOV 1; padding 0
     index = {c: i + 2 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}
@@ -204,8 +218,7 @@ def test_pos_flags(tmp_path):
         pos.parse_args(["--train", str(a), "--dev", str(b), "--variants", "gru,cnn"])
     args = pos.parse_args(["--train", str(a), "--dev", str(b)])
     assert args.variants == ["gru", "bigru", "bilstm", "bilstm2"] and args.out == "saved_models"
-    assert "raw.githubusercontent.com/UniversalDependencies/UD_English-EWT/r2.15/" in pos.UD_URL.format(
-        release=pos.UD_RELEASE, name="x")
+    assert pos.EWT == ("ud_english_ewt", "en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu")
 
 
 # --- sentence_classification ----------------------------------------------------------------------
@@ -326,7 +339,7 @@ def test_merge_modes_ensemble_and_cells_train():
 
 
 def test_pos_datasets_give_the_batches_without_autotuning():
-    """`dataset` and `training_data` feed `model.fit` exactly the batches
+    """`dataset` feeds `model.fit` exactly the batches
     given (or drawn, the same seeded draws each pass), with tf.data's
     autotuning off (`keras_birnn.cli.without_autotuning`)."""
     pos = load_example("pos_tagging")
@@ -345,20 +358,17 @@ def test_pos_datasets_give_the_batches_without_autotuning():
         np.testing.assert_array_equal(c.numpy(), wc)
         np.testing.assert_array_equal(y.numpy(), wy)
 
-    class Encoded:  # what training_data reads of an EncodedSet
-        def __len__(self):
-            return 5
-
-        def batches(self, size, draw):
-            return [batches[int(k)] for k in draw.integers(0, 2, size=2)]
+    def draw(rng):
+        return [batches[int(k)] for k in rng.integers(0, 2, size=2)]
 
     # Seed 2 draws [1, 0], then [0, 0]: a pipeline repeating its first
     # pass gives other batches on the second.
-    training = pos.training_data(Encoded(), 3, np.random.default_rng(2))
+    rng = np.random.default_rng(2)
+    training = pos.dataset(lambda: draw(rng), batches[0], 2)
     assert training.options().autotune.enabled is False and int(training.cardinality()) == 2
     want = np.random.default_rng(2)
     for _ in range(2):  # each pass the next draw
-        expected, drawn = Encoded().batches(3, want), list(training)
+        expected, drawn = draw(want), list(training)
         assert len(drawn) == len(expected)
         for ((w, _), _), ((ww, _), _) in zip(drawn, expected):
             np.testing.assert_array_equal(w.numpy(), ww)
@@ -415,13 +425,15 @@ def test_missing_default_data_names_the_flags(tmp_path, monkeypatch):
     assert f"could not download {absent.as_uri()}/sentence_polarity/rt-polarity.pos" in text
     assert "--data-dir DIR" in text and "KERAS_BIRNN_DATA=DIR" in text and "default data" in text
     pos = load_example("pos_tagging")
-    monkeypatch.setattr(pos, "UD_URL", absent.as_uri() + "/{name}")  # a download that fails
-    text = _refused(pos.parse_args, ["--cache-dir", str(tmp_path / "cache")])
-    assert "could not be downloaded" in text and "--train FILE --dev FILE" in text
+    text = _refused(pos.parse_args, ["--data-url", absent.as_uri(), "--cache-dir", str(tmp_path / "cache")])
+    assert f"could not download {absent.as_uri()}/ud_english_ewt/en_ewt-ud-train.conllu" in text
+    assert "--data-dir DIR" in text
     ct = load_example("conll_tagging")
-    for data in ("conll2002", "conll2000", "ewt"):
-        text = _refused(ct.parse_args, ["--data", data, "--data-dir", str(absent)])
-        assert "--data-dir: no file" in text and "--train FILE" in text
+    for data, name in (("conll2002", "conll2002_spanish"), ("conll2000", "conll2000_chunking"),
+                       ("ewt", "ud_english_ewt")):
+        text = _refused(ct.parse_args, ["--data", data, "--data-url", absent.as_uri(),
+                                        "--cache-dir", str(tmp_path / "cache")])
+        assert f"the default data, {name}" in text and "--data-dir DIR" in text
 
 
 def test_missing_data_files_name_their_flag(tmp_path):

@@ -1,16 +1,15 @@
 """The examples' `--layers keras` twins are the same models.
 
-For every variant of examples/pos_tagging.py,
-examples/sentence_classification.py and examples/conll_tagging.py (each
-character encoder, both heads): the Keras twin has the same number
-of trainable parameters, and with the kb model given the twin's weights
-(kb layers use Keras's weight layout; the projection merge's V_f, V_b, c
-are the rows of the twin's Dense kernel and its bias) both give the same
-probabilities to 1e-5 on a small padded batch. Padded positions are not
-compared for the tagger: where kb's projection merge sees the word mask
-it writes zeros there, Keras's Dense a softmax (documented in the
-example). Then one tiny run of each example with `--layers keras
---report-json` (and the tagger's export of the twin).
+For every variant of examples/pos_tagging.py and
+examples/conll_tagging.py (each character encoder, both heads; the twin is
+`keras_twin`, which converts the kb model's recurrent layers with
+`kb.to_keras_bidirectional`) and of examples/sentence_classification.py:
+the Keras twin has the same number of trainable parameters, and with the
+same (random) weights both give the same probabilities, or Viterbi tags,
+to 1e-5 on a small padded batch. Padded positions are not compared for the
+taggers (kb's stacked layers write zeros there, Keras's a value). Then one
+tiny run of each example with `--layers keras --report-json` (and the
+tagger's export of the twin).
 """
 
 import contextlib
@@ -24,6 +23,8 @@ import pytest
 import tensorflow as tf
 
 from helpers import EWT, POLARITY, load_example, quietly
+from keras_birnn.datasets import read_conllu
+from keras_birnn.tagging import TokenEncoder, build_tagger, pad_tokens
 
 SENTENCES = [  # used when ../shared/data is absent
     ["The", "old", "man", "sat", "on", "the", "chair", "."],
@@ -46,51 +47,54 @@ def library_layers(model) -> list:
 
 
 def kb_weights_from_twin(variant: str, twin: keras.Model, hidden: int):
-    """The twin's weights in the kb model's order. Both list the layers'
-    weights in the same order; only the projection merge differs: kb keeps
-    V_f, V_b, c where the twin has one Dense kernel [V_f; V_b] and c."""
-    weights = twin.get_weights()
-    if variant in ("bigru", "bilstm"):  # the tagger's projection variants
-        kernel, bias = weights[-2:]
-        assert kernel.shape[0] == 2 * hidden
-        weights = weights[:-2] + [kernel[:hidden], kernel[hidden:], bias]
-    return weights
+    """The twin's weights in the kb classifier's order: both list the layers'
+    weights in the same order (kb layers use Keras's weight layout)."""
+    return twin.get_weights()
 
 
 # --- pos_tagging ------------------------------------------------------------------------------
 
 
+def perturbed(model: keras.Model, seed: int = 1) -> keras.Model:
+    """`model` with random weights everywhere (biases and CRF transitions too)."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(scale=0.4, size=w.shape).astype(w.dtype) for w in model.get_weights()])
+    return model
+
+
 @pytest.fixture(scope="module")
 def tagger_data():
-    """(module, word ids [B, T], char ids [B, T, C], vocabulary sizes): a
+    """(module, word ids [B, T], char ids [B, T, C], vocabulary sizes, tags): a
     small padded batch of EWT dev sentences (or SENTENCES)."""
     pos = load_example("pos_tagging")
     path = os.path.join(EWT, "en_ewt-ud-dev.conllu")
     if os.path.exists(path):
-        sentences = pos.read_conllu(path)[:40]
+        sentences = [(t, upos) for t, upos, _ in read_conllu(path)[:40]]
         batch = [sentences[i] for i in (0, 3, 7, 12, 20, 31)]
     else:
-        sentences = [(s, ["NOUN"] * len(s), ["_"] * len(s)) for s in SENTENCES]
-        batch = sentences
-    words, chars, tags = pos.build_vocabularies(sentences, min_word_count=1)
-    encoder = pos.TokenEncoder(words[::2], chars[::2], max_chars=8)  # some OOV words and characters
-    word_ids, char_ids = encoder(pos.pad_tokens([toks for toks, _, _ in batch]))
-    return pos, word_ids.numpy(), char_ids.numpy(), encoder.word_count, encoder.char_count, len(tags) or 1
+        sentences = batch = [(s, ["NOUN"] * len(s)) for s in SENTENCES]
+    encoder = TokenEncoder(max_chars=8, max_word_vocabulary=60, max_char_vocabulary=30)  # some OOV words and chars
+    encoder.adapt([tokens for tokens, _ in sentences])
+    word_ids, char_ids = encoder(pad_tokens([tokens for tokens, _ in batch]))
+    tags = sorted({t for _, upos in sentences for t in upos} | {"X"})
+    return pos, np.asarray(word_ids), np.asarray(char_ids), encoder.word_count, encoder.char_count, tags
 
 
-SIZES = dict(word_dim=12, char_dim=6, char_units=5, hidden=7, dropout=0.3)
+SIZES = dict(word_dim=12, char_units=5, hidden=7, dropout=0.3)
 
 
 @pytest.mark.parametrize("variant", TAGGER_VARIANTS)
 def test_tagger_twin_has_the_same_parameters_and_predictions(tagger_data, variant):
-    pos, word_ids, char_ids, n_words, n_chars, n_tags = tagger_data
+    """`keras_twin` (Keras's GRU, LSTM and Bidirectional, the kb model's
+    weights) gives the kb tagger's probabilities at every word."""
+    pos, word_ids, char_ids, n_words, n_chars, tags = tagger_data
     assert list(pos.VARIANTS) == TAGGER_VARIANTS
     assert (word_ids == 0).any() and (char_ids[word_ids != 0] == 0).any()  # padding in both
-    ours = pos.build_tagger(variant, n_words, n_chars, n_tags, **SIZES)
-    twin = pos.build_tagger(variant, n_words, n_chars, n_tags, **SIZES, layers="keras")
+    ours = perturbed(pos.build_variant(variant, n_words, n_chars, tags, **SIZES))
+    twin = pos.keras_twin(ours, pos.keras_gru)
     assert not library_layers(twin) and library_layers(ours)
+    assert not library_layers(pos.build_variant(variant, n_words, n_chars, tags, **SIZES, layers="keras"))
     assert trainable_count(ours) == trainable_count(twin) == ours.count_params() == twin.count_params()
-    ours.set_weights(kb_weights_from_twin(variant, twin, SIZES["hidden"]))
     expected = np.asarray(twin((word_ids, char_ids), training=False))
     actual = np.asarray(ours((word_ids, char_ids), training=False))
     valid = word_ids != 0
@@ -99,17 +103,15 @@ def test_tagger_twin_has_the_same_parameters_and_predictions(tagger_data, varian
 
 
 def test_char_encoder_twin_gives_zeros_for_padding_words(tagger_data):
-    pos, _, char_ids, _, n_chars, _ = tagger_data
-    ours = pos.CharWordEncoder(n_chars, 6, 5, name="ours")
-    twin = pos.CharWordEncoder(n_chars, 6, 5, layers="keras", name="twin")
-    ours.build(char_ids.shape)
-    twin.build(char_ids.shape)
-    ours.set_weights(twin.get_weights())
-    expected, actual = np.asarray(twin(char_ids)), np.asarray(ours(char_ids))
+    pos, word_ids, char_ids, n_words, n_chars, tags = tagger_data
+    ours = perturbed(pos.build_variant("bigru", n_words, n_chars, tags, **SIZES))
+    twin = pos.keras_twin(ours)
+    expected, actual = (np.asarray(keras.Model(m.inputs, m.get_layer("char_encoder").output)((word_ids, char_ids)))
+                        for m in (twin, ours))
     np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=1e-5)
     empty = (char_ids == 0).all(-1)
     assert empty.any() and not expected[empty].any() and not actual[empty].any()
-    assert twin.get_config()["layers"] == "keras" and "layers" not in ours.get_config()
+    assert type(twin.get_layer("char_encoder")).__name__ == "EveryWord"
 
 
 def test_tagger_layers_flag(tmp_path):
@@ -121,7 +123,7 @@ def test_tagger_layers_flag(tmp_path):
     with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()):
         pos.parse_args(files + ["--layers", "torch"])
     with pytest.raises(ValueError, match="layers"):
-        pos.build_tagger("gru", 10, 10, 3, layers="torch")
+        pos.build_variant("gru", 10, 10, ["A", "B"], layers="torch")
 
 
 # --- sentence_classification ----------------------------------------------------------------
@@ -187,26 +189,20 @@ def test_classifier_exports_serve_the_twins_numbers(tmp_path):
                                                ("crf", "cnn")])
 def test_conll_tagger_twin_has_the_same_parameters_and_predictions(tagger_data, head, char_encoder):
     pos, word_ids, char_ids, n_words, n_chars, _ = tagger_data
-    ct = load_example("conll_tagging")
     tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     columns = 2 if (head, char_encoder) == ("crf", "lstm") else 0  # one case with feature columns
     depth = 2 if (head, char_encoder) == ("softmax", "lstm") else 1  # one with two stacked BiLSTMs
-    sizes = dict(word_dim=12, char_dim=6, char_units=5, hidden=7, dropout=0.3, feature_count=6,
-                 feature_columns=columns, feature_dim=3, depth=depth)
-    inputs = (word_ids, char_ids)
-    if columns:
-        inputs += (np.random.default_rng(2).integers(0, 6, word_ids.shape + (columns,)).astype(np.int32),)
-    ours = ct.build_tagger(n_words, n_chars, tags, head, char_encoder, **sizes)
-    twin = ct.build_tagger(n_words, n_chars, tags, head, char_encoder, **sizes, layers="keras")
+    features = {f"column_{k}": 6 for k in range(columns)}
+    ours = perturbed(build_tagger(n_words, tags, embedding_dim=12, char_encoder=char_encoder, num_chars=n_chars,
+                                  char_dim=6, char_units=5, hidden=7, dropout=0.3, features=features or None,
+                                  feature_dim=3, depth=depth, head=head))
+    twin = pos.keras_twin(ours)
+    inputs = (word_ids, char_ids) + tuple(np.random.default_rng(2).integers(0, 6, (columns,) + word_ids.shape))
     # Keras has no CRF and no masked max pooling (the CNN's): those stay kb's.
-    kept = {name for name, used in (("CRF", head == "crf"), ("MaskedMaxPooling", char_encoder == "cnn")) if used}
+    kept = {"CRF"} if head == "crf" else set()
+    kept |= {"CharCNN", "MaskedMaxPooling"} if char_encoder == "cnn" else set()
     assert {type(layer).__name__ for layer in library_layers(twin)} == kept
     assert trainable_count(ours) == trainable_count(twin) == ours.count_params() == twin.count_params()
-    ours.set_weights(twin.get_weights())
-    for layer in (ours, twin):  # random transitions: the CRF's decoding depends on them
-        for weight in layer.weights:
-            if "transition" in weight.path:
-                weight.assign(np.random.default_rng(1).normal(size=weight.shape).astype("float32"))
     expected = np.asarray(twin(inputs, training=False))
     actual = np.asarray(ours(inputs, training=False))
     valid = word_ids != 0
@@ -215,8 +211,6 @@ def test_conll_tagger_twin_has_the_same_parameters_and_predictions(tagger_data, 
     else:  # Viterbi tags
         np.testing.assert_array_equal(actual[valid], expected[valid])
         assert len(np.unique(expected[valid])) > 1
-    with pytest.raises(ValueError, match="layers"):
-        ct.build_tagger(10, 10, tags, layers="torch")
 
 
 # --- tiny runs of the keras path ---------------------------------------------------------------
@@ -257,10 +251,10 @@ def test_tagger_keras_run_exports_the_twin(tmp_path):
     assert out["export_path"] == result["export_path"] and out["accuracy"] == result["rows"][0]["dev"]
     model = result["models"]["bigru"]
     assert not library_layers(model)
-    sentences = [tokens for tokens, _, _ in result["dev"][:5]]
+    sentences = [tokens for tokens, _ in result["dev"][:5]]
     served = tf.saved_model.load(out["export_path"]).signatures["serving_default"]
-    tags = served(tokens=tf.constant(pos.pad_tokens(sentences).tolist()))["tags"].numpy()
-    unlabelled = [(s, ["X"] * len(s), ["_"] * len(s)) for s in sentences]
-    predicted = pos.predict_tags(model, pos.EncodedSet(unlabelled, result["encoder"], result["tags"]))
+    tags = served(inputs=tf.constant(pad_tokens(sentences)))["tags"].numpy()
+    unlabelled = [(s, ["X"] * len(s)) for s in sentences]
+    predicted = pos.predict_ids(model, pos.Encoded(unlabelled, result["encoder"], result["tags"]))
     for row, tokens in enumerate(sentences):
         assert [t.decode() for t in tags[row][: len(tokens)]] == [result["tags"][k] for k in predicted[row]]
