@@ -1,6 +1,6 @@
 """Bidirectional GRU/LSTM on any Keras backend: keras_birnn against Keras's layers (and torch.nn).
 
-Runs under KERAS_BACKEND=tensorflow, jax or torch (issues 42 and 43).
+Runs under KERAS_BACKEND=tensorflow, jax or torch.
 Contenders, all on the current backend and device:
 - keras: `keras.layers.Bidirectional(keras.layers.GRU/LSTM(H, return_sequences=True))`,
   called as a user calls a layer, `layer(x, mask=mask)` with the mask built
@@ -10,9 +10,11 @@ Contenders, all on the current backend and device:
 - kb: `keras_birnn.Bidirectional(keras_birnn.GRUCell/LSTMCell(H),
   return_sequences=True)` with Keras's weights, called exactly as Keras's
   layer is on the same backend (same `mask=`, same step functions below).
-  On TensorFlow it runs kb's TensorFlow engine; on JAX and PyTorch the
-  portable engine (`keras_birnn.recurrence.portable`: one masked
-  `keras.ops.scan` over both directions); the engine is printed per case.
+  On TensorFlow it runs kb's TensorFlow engine; on PyTorch the fused
+  engine (PyTorch's own kernels on packed sequences,
+  `keras_birnn.recurrence.fused_torch`); on JAX cuDNN's LSTM on a GPU
+  (`fused_jax`), else the portable engine (`keras_birnn.recurrence.portable`:
+  a masked `lax.scan` per direction); the engine is printed per case.
   keras_birnn is the one Python imports (a scratch copy first on
   PYTHONPATH is measured instead; the header prints its path), else, where
   none is installed (the GPU machine), this checkout's.
@@ -466,10 +468,14 @@ def kb_layer(cell, keras_bidirectional):
 
 
 def kb_engine(layer):
-    """The engine paths kb's layer ran so far, from its `loop_report()`
-    ('portable' on JAX and PyTorch)."""
-    traced = layer.loop_report().get("traced", {})
-    return " ".join(sorted(traced)) or "none seen"
+    """The engines kb's layer ran so far, from its `loop_report()`: path
+    and form of each plan (e.g. 'fused torch.gru bidirectional packed';
+    for the portable engine, why the fused one was not taken)."""
+    seen = set()
+    for plan in layer.loop_report().get("plans", []):
+        why = f" (not fused: {plan['not fused']})" if plan.get("not fused") else ""
+        seen.add(f"{plan['path']} {plan.get('form', '')}{why}".strip())
+    return "; ".join(sorted(seen)) or "none seen"
 
 
 def relative_difference(ours, theirs):

@@ -33,7 +33,8 @@ torch_only = pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's fused engi
 jax_only = pytest.mark.skipif(BACKEND != "jax", reason="JAX's fused engine")
 
 MASKS = dict(PADDING_PATTERNS_4x6, unmasked=None, mixed=MASK_4x6)
-FUSED_CELLS = ["gru_reset_after", "lstm", "simple_tanh", "simple_relu"]
+KERNELS = {"gru_reset_after": "gru", "lstm": "lstm", "simple_tanh": "rnn_tanh", "simple_relu": "rnn_relu"}
+FUSED_CELLS = list(KERNELS)
 
 
 def _paths(layer) -> list:
@@ -54,20 +55,50 @@ def _gradients_on_both_engines(case, mask):
     return fused, portable
 
 
+def _forms(layer) -> list:
+    return [f"{plan['path']} {plan['form']}" for plan in layer.loop_report()["plans"]]
+
+
 @torch_only
 @pytest.mark.parametrize("mask_name", list(MASKS))
 @pytest.mark.parametrize("cell_name", FUSED_CELLS)
 def test_bidirectional_pair_matches_oracle_and_portable_engine(cell_name, mask_name):
+    """Inference (no gradients recorded): one bidirectional call, packed
+    where there is a mask; with gradients recorded on a CPU, a masked call
+    runs each direction unpacked over its compacted rows (an LSTM: the
+    portable engine)."""
+    import torch
+
     case = make_case(cell_name, "concat", return_state=True)
     mask = MASKS[mask_name]
-    fused = to_numpy(case.layer(case.x, mask=mask))
+    with torch.no_grad():
+        fused = to_numpy(case.layer(case.x, mask=mask))
     assert_all_close(fused, case.oracle(mask))
-    assert _paths(case.layer) == ["fused"]
-    assert "bidirectional" in case.layer.loop_report()["plans"][0]["form"]
+    layout = "" if mask is None else " packed"
+    assert _forms(case.layer) == [f"fused torch.{KERNELS[cell_name]} bidirectional{layout}"]
+    assert_all_close(to_numpy(case.layer(case.x, mask=mask)), fused)
+    training_form = _forms(case.layer)[-1]
+    if mask is None:
+        assert training_form.endswith("bidirectional")
+    else:
+        assert training_form.endswith("compacted") or (cell_name == "lstm" and training_form.startswith("portable"))
     with kb.configure_loops(fused_kernels=False):
         assert_all_close(to_numpy(case.layer(case.x, mask=mask)), fused)
-    assert "portable" in _paths(case.layer)
     assert_all_close(*_gradients_on_both_engines(case, mask))
+
+
+@torch_only
+@pytest.mark.parametrize("mask_name", ["mixed", "left", "fully_masked", "unmasked"])
+@pytest.mark.parametrize("cell_name", ["gru_reset_after", "lstm"])
+def test_packed_gradients_as_on_a_gpu(monkeypatch, cell_name, mask_name):
+    """The packed kernels' gradients (what training runs on a GPU), forced on a CPU."""
+    from keras_birnn.recurrence import fused_torch
+
+    monkeypatch.setattr(fused_torch, "_cpu_training", lambda directions, mask: False)
+    case = make_case(cell_name, "concat", return_state=True)
+    fused, portable = _gradients_on_both_engines(case, MASKS[mask_name])
+    assert _forms(case.layer)[0].startswith("fused torch.")
+    assert_all_close(fused, portable)
 
 
 @torch_only
@@ -87,8 +118,12 @@ def test_one_direction_matches_oracle_with_gradients(cell_name, reverse, mask_na
     mask = MASKS[mask_name]
     initial = [np.full((B, U), 0.25)] * (2 if cell == "lstm" else 1)
     outputs, finals = ref.run_direction(cell, params, x, mask, reverse=reverse, initial_state=initial, **cell_kwargs)
-    assert_all_close(to_numpy(layer(x, mask=mask)), [outputs] + list(finals))
+    import torch
+
+    with torch.no_grad():
+        assert_all_close(to_numpy(layer(x, mask=mask)), [outputs] + list(finals))
     assert _paths(layer) == ["fused"]
+    assert_all_close(to_numpy(layer(x, mask=mask)), [outputs] + list(finals))  # gradients recorded
     d_out = rng.normal(size=outputs.shape).astype(np.float32)
     grads = ref.direction_grads(cell, params, x, d_out, mask, reverse=reverse, initial_state=initial, **cell_kwargs)
     weights = keras.ops.convert_to_tensor(d_out)
@@ -104,12 +139,12 @@ def test_input_dropout_runs_each_direction_alone_with_the_portable_numbers():
     results = []
     for fused in (True, False):
         keras.utils.set_random_seed(11)
-        case = make_case("lstm", "sum")
+        case = make_case("gru_reset_after", "sum")
         case.layer.forward_layer.cell.dropout = case.layer.backward_layer.cell.dropout = 0.3
         with kb.configure_loops(fused_kernels=fused):
             results.append(to_numpy(case.layer(case.x, mask=MASK_4x6, training=True)))
         form = case.layer.loop_report()["plans"][0]["form"]
-        assert form == ("torch.lstm packed" if fused else "hoisted loop")
+        assert form == ("torch.gru compacted" if fused else "hoisted loop")
     assert_all_close(results[0], results[1])
 
 

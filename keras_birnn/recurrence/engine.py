@@ -40,7 +40,7 @@ def run(
     from keras_birnn.recurrence import portable
 
     fused = _fused_engine()
-    not_fused = fused.reason_not_fused(directions)
+    not_fused = fused.reason_not_fused(directions, mask)
     if not not_fused:
         if counter is not None:
             counter.note_plan(fused.plan(directions, mask))

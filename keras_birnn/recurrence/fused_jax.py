@@ -51,7 +51,7 @@ def on_gpu() -> bool:
     return jax.default_backend() == "gpu"
 
 
-def reason_not_fused(directions: Sequence[Direction]) -> str:
+def reason_not_fused(directions: Sequence[Direction], mask=None) -> str:
     """Why these directions cannot run on cuDNN ("" if they can)."""
     if not loop_config().fused_kernels:
         return "LoopConfig.fused_kernels is off"

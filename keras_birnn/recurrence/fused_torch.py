@@ -43,12 +43,12 @@ _DTYPES = (torch.float32, torch.float64)
 class FusedPlan:
     """What `loop_report()["plans"]` records for a call on this engine."""
 
-    def __init__(self, kernel: str, packed: bool, paired: bool):
-        self.kernel, self.packed, self.paired = kernel, packed, paired
+    def __init__(self, kernel: str, layout: str, paired: bool):
+        self.kernel, self.layout, self.paired = kernel, layout, paired
 
     def describe(self) -> dict:
-        form = f"torch.{self.kernel}" + (" bidirectional" if self.paired else "") + (" packed" if self.packed else "")
-        return {"path": "fused", "form": form}
+        form = f"torch.{self.kernel}" + (" bidirectional" if self.paired else "")
+        return {"path": "fused", "form": f"{form} {self.layout}".strip()}
 
 
 def _kernel_name(math) -> Tuple[Optional[str], str]:
@@ -66,7 +66,16 @@ def _kernel_name(math) -> Tuple[Optional[str], str]:
     return None, f"cell maths {type(math).__name__}"
 
 
-def reason_not_fused(directions: Sequence[Direction]) -> str:
+def _cpu_training(directions: Sequence[Direction], mask) -> bool:
+    """A masked call recording gradients on a CPU. There PyTorch's packed
+    kernels differentiate slowly (training a textbook-sized GRU or LSTM
+    packed took 1.4-5.6x the same kernel unpacked; benchmarks/README.md,
+    "Backends on a CPU"), so such calls run unpacked over the compacted
+    rows (`_compacted`) instead."""
+    return mask is not None and torch.is_grad_enabled() and directions[0].inputs.device.type == "cpu"
+
+
+def reason_not_fused(directions: Sequence[Direction], mask=None) -> str:
     """Why these directions cannot run on the fused engine ("" if they can)."""
     if not loop_config().fused_kernels:
         return "LoopConfig.fused_kernels is off"
@@ -78,13 +87,18 @@ def reason_not_fused(directions: Sequence[Direction]) -> str:
             return why
         if direction.state_mask is not None:
             return "recurrent dropout in effect"
+        if kernel == "lstm" and _cpu_training(directions, mask):
+            return ("masked LSTM training on a CPU (PyTorch's packed backward is slow there, and an "
+                    "unpacked LSTM has no exact final cell state)")
         if direction.inputs.dtype not in _DTYPES:
             return f"dtype {direction.inputs.dtype} (the fused kernels take float32/float64)"
     return ""
 
 
 def plan(directions: Sequence[Direction], mask) -> FusedPlan:
-    return FusedPlan(_kernel_name(directions[0].math)[0], mask is not None, _pair(directions))
+    if _cpu_training(directions, mask):
+        return FusedPlan(_kernel_name(directions[0].math)[0], "compacted", False)
+    return FusedPlan(_kernel_name(directions[0].math)[0], "packed" if mask is not None else "", _pair(directions))
 
 
 # --- weights ------------------------------------------------------------------------
@@ -140,11 +154,25 @@ def _packed_call(kernel: str, x, lengths, states, params, bidirectional: bool = 
     return outputs, [torch.where(empty, s0, s) for s0, s in zip(states, final)]
 
 
+def _compacted(direction: Direction, kernel: str, mask, params, states) -> DirectionResult:
+    """One single-state direction unpacked over its rows' valid steps moved
+    to the front: outputs before each row's length and the state after its
+    last valid step (read off the outputs) are exact; what the kernel
+    computes past a length lands on masked positions, which are zeroed."""
+    destination, lengths = packing.destinations(mask, direction.reverse)
+    outputs, _ = _call(kernel, packing.to_front(direction.inputs, destination), None, states, params)
+    last = outputs[torch.arange(outputs.shape[0]), (lengths - 1).clamp(min=0).long()]
+    final = torch.where((lengths == 0).unsqueeze(-1), direction.initial_states[0], last)
+    return DirectionResult(packing.to_positions(outputs, destination, mask), [final])
+
+
 def _one(direction: Direction, kernel: str, mask) -> DirectionResult:
     """One direction as one fused call (a reversed one on its rows reversed
     within their lengths)."""
     params = _parameters(direction)
     states = [s.unsqueeze(0) for s in direction.initial_states]
+    if _cpu_training([direction], mask):
+        return _compacted(direction, kernel, mask, params, states)
     if mask is None:
         x = direction.inputs.flip(1) if direction.reverse else direction.inputs
         outputs, final = _call(kernel, x.contiguous(), None, states, params)
@@ -195,7 +223,7 @@ def run(directions: Sequence[Direction], mask=None, return_sequences: bool = Tru
         return_sequences: Keep per-step outputs (else None).
     """
     mask = None if mask is None else mask.to(torch.bool)
-    if _pair(directions):
+    if _pair(directions) and not _cpu_training(directions, mask):
         results = _bidirectional(directions, _kernel_name(directions[0].math)[0], mask)
     else:
         results = [_one(d, _kernel_name(d.math)[0], mask) for d in directions]
