@@ -14,6 +14,10 @@ valid step keeps its boundary states and outputs zeros. A masked step is
 thus absent, as in the portable engine, whether the padding is on the
 right, on the left or in holes.
 
+On a CPU a masked call that records gradients runs unpacked over the
+compacted rows instead (`_compacted`; see `_cpu_training` for why), and
+a masked LSTM there is left to the portable engine.
+
 Eligible (`reason_not_fused` says why not, recorded in `loop_report()`):
 GRU with `reset_after=True` (PyTorch's convention), LSTM, simple RNN;
 PyTorch's activations (tanh and sigmoid gates; tanh or relu for the simple
