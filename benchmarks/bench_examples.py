@@ -21,8 +21,8 @@ and reads the numbers each writes with `--report-json`:
   and the demo.
 
 Then the latency of the exported SavedModels (the tagger: both export
-through `keras.export.ExportArchive`, the same serving signature, string
-tokens in, tags out; the classifier, word ids in, and the demo:
+through `keras_birnn.tagging.export_tagger`, the same serving signature,
+string tokens in, tags out; the classifier, word ids in, and the demo:
 `kb.export_saved_model` against Keras's `model.export`): after each round,
 the round's exports are loaded in one fresh process with
 `tf.saved_model.load` and called in turn, input by input, at batch 1 (each
@@ -60,7 +60,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EWT = os.path.join(REPO, "..", "shared", "data", "ud_english_ewt")
+SHARED_DATA = os.path.join(REPO, "..", "shared", "data")
+EWT = os.path.join(SHARED_DATA, "ud_english_ewt")
 EXAMPLES = ("pos", "classifier", "demo")
 LAYERS = ("kb", "keras", "base")  # base: kb at `--baseline DIR`
 
@@ -83,9 +84,9 @@ def tagger_sentences():  # the words of the first 64 dev sentences (CoNLL-U line
         if len(sentences) == 64:
             return sentences
 
-def padded(batch):
+def padded(name, batch):  # the tagger: string tokens in `name`, "" padding
     width = max(len(s) for s in batch)
-    return {"tokens": tf.constant([list(s) + [""] * (width - len(s)) for s in batch])}
+    return {name: tf.constant([list(s) + [""] * (width - len(s)) for s in batch])}
 
 def word_ids(specs, name, rows):  # the classifier: rows of word ids in `name`, 0-padded to the longest
     batch = np.zeros((len(rows), max(len(r) for r in rows)), specs[name].dtype.as_numpy_dtype)
@@ -111,9 +112,9 @@ for entry in entries:
     load_seconds = time.perf_counter() - began
     specs = serve.structured_input_signature[1]
     name = next(n for n in specs if n != "lengths")  # the model's own input
-    if "tokens" in specs:
+    if specs[name].dtype == tf.string:
         sentences = tagger_sentences()
-        singles, full = [padded([s]) for s in sentences], padded(sentences)
+        singles, full = [padded(name, [s]) for s in sentences], padded(name, sentences)
         words = sum(len(s) for s in sentences)
     elif specs[name].dtype.is_integer:
         with open(os.path.join(os.path.dirname(path), "vocabulary.txt"), encoding="utf-8") as f:
@@ -169,6 +170,8 @@ def example_command(example, layers, args, report, out):
                    "--variants", args.classifier_variant, "--patience", str(args.epochs + 1)]
         if args.max_sentences:
             command += ["--max-sentences", str(args.max_sentences)]
+        if getattr(args, "data_dir", None):  # its default data, sentence_polarity (keras_birnn.downloads)
+            command += ["--data-dir", args.data_dir]
         if not args.no_latency:
             command += ["--out", out]
     command += ["--epochs", str(args.epochs), "--layers", _library(layers), "--report-json", report, "--quiet"]
@@ -281,6 +284,9 @@ def main(argv=None):
     parser.add_argument("--max-train-sentences", type=int, default=None, help="tagger: first N training sentences")
     parser.add_argument("--max-dev-sentences", type=int, default=None, help="tagger: first N dev sentences")
     parser.add_argument("--max-sentences", type=int, default=None, help="classifier: a seeded subset of N sentences")
+    parser.add_argument("--data-dir", default=os.environ.get("KERAS_BIRNN_DATA", SHARED_DATA),
+                        help="classifier: its --data-dir, a local copy of the registered data (default "
+                        "$KERAS_BIRNN_DATA, else ../shared/data beside the repository)")
     parser.add_argument("--quick", action="store_true",
                         help="pass --quick to the examples (small slices and sizes; --epochs still applies)")
     parser.add_argument("--no-latency", action="store_true",
