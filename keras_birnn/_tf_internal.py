@@ -114,8 +114,17 @@ def functional_node_keys(model: Any) -> Set[str]:
 
 def keras_mask(tensor: Any) -> Any:
     """The Keras mask attached to a symbolic or eager tensor, or None. Keras 3
-    attaches it as a private attribute and exports no getter."""
-    return getattr(tensor, "_keras_mask", None)
+    attaches it as a private attribute, or, where a tensor takes no
+    attribute (JAX arrays), keeps it by the tensor's id
+    (`keras.src.backend.common.masking`); it exports no getter."""
+    mask = getattr(tensor, "_keras_mask", None)
+    if mask is None:
+        try:
+            from keras.src.backend.common.masking import get_keras_mask
+        except ImportError:  # a Keras that moved it: the attribute alone
+            return None
+        mask = get_keras_mask(tensor)
+    return mask
 
 
 def in_symbolic_scope() -> bool:
