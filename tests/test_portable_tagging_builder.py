@@ -172,7 +172,9 @@ def test_allowed_transitions_auto():
     crf = lambda tags, **kw: build_tagger(NUM_WORDS, tags, embedding_dim=4, hidden=2, **kw).get_layer("crf")
     assert crf(TAGS).allowed_transitions == "iob2"
     assert crf(["NOUN", "VERB"]).allowed_transitions is None
+    assert crf(["O", "B-PER", "I-PER", "E-PER", "S-PER"]).allowed_transitions == "bioes"
     assert crf(TAGS, allowed_transitions=None).allowed_transitions is None
+    assert crf(TAGS, allowed_transitions="iob1").allowed_transitions == "iob1"
 
 
 # --- keras_birnn.tagging on this backend ----------------------------------------------------------

@@ -175,8 +175,18 @@ def is_iob2(tags: Sequence[str]) -> bool:
     return all(t == "O" or (len(t) > 2 and t[0] in "BI" and t[1] == "-") for t in tags)
 
 
+def _auto_scheme(tags: Sequence[str]) -> Optional[str]:
+    """`"bioes"` for tag names with E- or S- tags, `"iob2"` for O/B-/I- names,
+    else None. Tag names cannot tell IOB1 from IOB2: IOB1 data (a chunk may
+    start with I-X) must say so."""
+    if is_iob2(tags):
+        return "iob2"
+    names_ok = all(t == "O" or (len(t) > 2 and t[0] in "BIES" and t[1] == "-") for t in tags)
+    return "bioes" if names_ok else None
+
+
 def _transitions(head: str, allowed_transitions, tags: List[str]) -> Optional[str]:
-    """kb.CRF's `allowed_transitions` from `"auto"`, None or `"iob2"`."""
+    """kb.CRF's `allowed_transitions` from `"auto"`, None or a scheme."""
     _choice("allowed_transitions", allowed_transitions, ("auto",) + ALLOWED_TRANSITIONS)
     if head == "softmax":
         if allowed_transitions not in ("auto", None):
@@ -186,7 +196,7 @@ def _transitions(head: str, allowed_transitions, tags: List[str]) -> Optional[st
             )
         return None
     if allowed_transitions == "auto":
-        return "iob2" if is_iob2(tags) else None
+        return _auto_scheme(tags)
     return allowed_transitions
 
 
@@ -288,8 +298,12 @@ def build_tagger(
         dropout: Rate on the word vectors, between stacked layers and on
             the top layer's outputs (0.3 to 0.5 is usual for taggers).
         head: `"crf"` or `"softmax"`.
-        allowed_transitions: For the CRF: `"auto"` (`"iob2"` when every tag
-            is `O`, `B-X` or `I-X`, else None), None or `"iob2"`.
+        allowed_transitions: For the CRF: None, `"iob2"`, `"iob1"`,
+            `"bioes"` (`kb.CRF`'s schemes), or `"auto"`: `"bioes"` when the
+            tags use `E-X`/`S-X`, `"iob2"` when every tag is `O`, `B-X` or
+            `I-X`, else None. Tag names cannot tell IOB1 from IOB2: for IOB1
+            data (a chunk may start with `I-X`) pass `"iob1"`, or convert the
+            tags with `kb.tagging.convert_tags` first.
         name: The model's name.
 
     Returns:
