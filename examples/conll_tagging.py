@@ -51,7 +51,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 EXAMPLES = os.path.dirname(os.path.abspath(__file__))
 try:

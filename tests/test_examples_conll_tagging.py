@@ -133,7 +133,7 @@ def write_vectors(path, vectors: dict) -> None:
             f.write(word + " " + " ".join(f"{v:.6f}" for v in values) + "\n")
 
 
-@pytest.mark.slow(reason="trains a tiny tagger with pretrained vectors, ~15 s")
+@pytest.mark.slow(reason="trains a tiny tagger with pretrained vectors, ~15-35 s")
 def test_embeddings_flag_puts_the_files_vectors_in_the_model(ct, tmp_path):
     """--embeddings: each known word's row of the built model's embedding is
     the file's vector (the word keys are lower-cased: "The" -> "the"), and
