@@ -83,8 +83,10 @@ class LoopConfig:
         max_counted_shapes: Shapes per layer whose calls are counted for
             the compile policy; shapes met after that run plain, uncounted.
         fused_kernels: On PyTorch, eligible loops run PyTorch's own fused
-            GRU/LSTM/RNN kernels on packed sequences (`recurrence.fused`);
-            False: the portable engine's step loop. Read per call.
+            GRU/LSTM/RNN kernels on packed sequences
+            (`recurrence.fused_torch`); on JAX with a GPU, eligible LSTMs
+            run cuDNN's (`recurrence.fused_jax`). False: the portable
+            engine's step loop. Read per call.
     """
 
     xla: bool = True

@@ -22,30 +22,58 @@ The type X is everything after the first `-` (`B-GPE-LOC` has type
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+# The one home of the schemes' names and tag prefixes: `kb.CRF`'s
+# constraints, `kb.tagging`'s span scoring and metric, and the tagger
+# builder all read tags through `split_tag`.
 SCHEMES = ("iob2", "iob1", "bioes")
 # The prefixes each scheme accepts besides "O".
-_PREFIXES: Dict[str, str] = {"iob2": "BI", "iob1": "BI", "bioes": "BIES"}
+PREFIXES: Dict[str, Tuple[str, ...]] = {"iob2": ("B", "I"), "iob1": ("B", "I"), "bioes": ("B", "I", "E", "S")}
 
 Allowed = Tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+def check_scheme(scheme: str, argument: str = "scheme") -> str:
+    """`scheme` lower-cased, or a ValueError naming `argument` and the value."""
+    if not isinstance(scheme, str) or scheme.lower() not in SCHEMES:
+        raise ValueError(f"`{argument}` must be one of {SCHEMES}, received {scheme!r}.")
+    return scheme.lower()
+
+
+def split_tag(tag: str, scheme: str, typed: bool = True) -> Optional[Tuple[str, str]]:
+    """`("O", "")` or `(prefix, type)` of a tag name under `scheme`, or None
+    where it does not fit. The type is everything after the first `-`;
+    `typed=False` also reads a bare prefix (`"B"`, type `""`).
+
+    >>> split_tag("I-B-X", "iob2"), split_tag("S-PER", "iob2"), split_tag("B", "iob2", typed=False)
+    (('I', 'B-X'), None, ('B', ''))
+    """
+    if tag == "O":
+        return "O", ""
+    if not isinstance(tag, str):
+        return None
+    prefix, dash, kind = tag.partition("-")
+    if prefix not in PREFIXES[scheme]:
+        return None
+    if dash:
+        return (prefix, kind) if kind else None
+    return None if typed else (prefix, "")
+
+
 def tag_parts(tag: str, scheme: str) -> Tuple[str, str]:
-    """`("O", "")` or `(prefix, type)` of a tag name under `scheme`.
+    """`split_tag` for a CRF's tag names, which need a type.
 
     Raises:
         ValueError: the name does not fit the scheme (the message names it).
     """
-    if tag == "O":
-        return "O", ""
-    prefixes = _PREFIXES[scheme]
-    if isinstance(tag, str) and len(tag) > 2 and tag[0] in prefixes and tag[1] == "-":
-        return tag[0], tag[2:]
-    names = ", ".join(f"'{p}-<type>'" for p in prefixes)
-    raise ValueError(f"allowed_transitions={scheme!r} needs tag names 'O', {names}, received {tag!r}.")
+    parts = split_tag(tag, scheme)
+    if parts is None:
+        names = ", ".join(f"'{p}-<type>'" for p in PREFIXES[scheme])
+        raise ValueError(f"allowed_transitions={scheme!r} needs tag names 'O', {names}, received {tag!r}.")
+    return parts
 
 
 def _iob2(parts) -> Allowed:

@@ -149,6 +149,27 @@ def test_input_dropout_runs_each_direction_alone_with_the_portable_numbers():
 
 
 @torch_only
+@pytest.mark.parametrize("mask_name", ["mixed", "unmasked"])
+def test_a_pair_of_different_kernels_runs_each_its_own(mask_name):
+    """A tanh forward and a relu backward simple RNN: two calls, not one
+    bidirectional call of the first's kernel."""
+    import torch
+
+    spec = ("simple", {"activation": "tanh"}, lambda u: kb.SimpleRNNCell(u, activation="tanh"))
+    case = make_case("simple_tanh", "concat", cell_spec=spec)
+    relu = kb.SimpleRNNCell(U, activation="relu")
+    layer = kb.Bidirectional(kb.SimpleRNNCell(U, activation="tanh"), backward_layer=relu, return_sequences=True)
+    layer.build((None, None, F))
+    layer.set_weights(case.layer.get_weights())
+    mask = MASKS[mask_name]
+    outputs_f, _ = ref.run_direction("simple", case.fw, case.x, mask, activation="tanh")
+    outputs_b, _ = ref.run_direction("simple", case.bw, case.x, mask, reverse=True, activation="relu")
+    with torch.no_grad():
+        assert_all_close(to_numpy(layer(case.x, mask=mask)), np.concatenate([outputs_f, outputs_b], -1))
+    assert "bidirectional" not in layer.loop_report()["plans"][0]["form"]
+
+
+@torch_only
 def test_float64_is_fused_and_exact():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float64")

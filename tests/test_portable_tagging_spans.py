@@ -11,7 +11,6 @@ from typing import List
 import pytest
 
 from keras_birnn.tagging.spans import SpanScores, convert_tags, span_scores, spans, tag_parts
-from portable import BACKEND
 
 TYPES = ("PER", "LOC", "ORG")
 PREFIXES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}
@@ -147,17 +146,3 @@ def test_span_scores_equal_seqeval(scheme):
             assert ours.macro_f1 == pytest.approx(theirs["macro avg"]["f1-score"], abs=1e-12), seed
 
 
-@pytest.mark.skipif(BACKEND != "tensorflow", reason="examples/conll_tagging.py imports TensorFlow")
-def test_span_scores_equal_the_examples_scorer():
-    from helpers import load_example
-
-    ct = load_example("conll_tagging")
-    for seed in range(100):
-        gold, predicted = random_corpus(seed, "iob2")
-        if seed % 4 == 0:  # tags without a type, which the example reads too
-            gold = [[t[0] if t != "O" and i % 3 == 0 else t for i, t in enumerate(s)] for s in gold]
-        assert span_scores(gold, predicted).as_dict() == ct.span_scores(gold, predicted), seed
-        for tags in gold:
-            assert spans(tags) == ct.iob_spans(tags), seed
-            if seed % 4:  # (the example's to_iob2 writes "B-" for "I" without a type)
-                assert convert_tags(tags, "iob2", "iob2") == ct.to_iob2(tags), seed

@@ -10,7 +10,7 @@ why the fused one was not taken. All give the same numbers (the NumPy
 oracle tests run on every backend).
 """
 
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 from keras_birnn import backend
 from keras_birnn.recurrence.direction import Direction, DirectionResult

@@ -48,6 +48,7 @@ class FusedPlan:
 
 
 def on_gpu() -> bool:
+    """Whether JAX runs on a GPU (cuDNN's LSTM needs one)."""
     return jax.default_backend() == "gpu"
 
 
@@ -74,11 +75,15 @@ def reason_not_fused(directions: Sequence[Direction], mask=None) -> str:
 
 def _pair(directions: Sequence[Direction]) -> bool:
     """A forward and a reversed direction over one input tensor."""
-    return (len(directions) == 2 and not directions[0].reverse and directions[1].reverse
-            and directions[0].inputs is directions[1].inputs)
+    if len(directions) != 2:
+        return False
+    a, b = directions
+    return (not a.reverse and b.reverse and a.inputs is b.inputs
+            and a.recurrent_kernel.shape == b.recurrent_kernel.shape and a.kernel.dtype == b.kernel.dtype)
 
 
 def plan(directions: Sequence[Direction], mask) -> FusedPlan:
+    """The plan `run` follows for these directions, for `loop_report()`."""
     return FusedPlan(mask is not None, _pair(directions))
 
 

@@ -100,6 +100,7 @@ def reason_not_fused(directions: Sequence[Direction], mask=None) -> str:
 
 
 def plan(directions: Sequence[Direction], mask) -> FusedPlan:
+    """The plan `run` follows for these directions, for `loop_report()`."""
     if _cpu_training(directions, mask):
         return FusedPlan(_kernel_name(directions[0].math)[0], "compacted", False)
     return FusedPlan(_kernel_name(directions[0].math)[0], "packed" if mask is not None else "", _pair(directions))
@@ -165,7 +166,7 @@ def _compacted(direction: Direction, kernel: str, mask, params, states) -> Direc
     computes past a length lands on masked positions, which are zeroed."""
     destination, lengths = packing.destinations(mask, direction.reverse)
     outputs, _ = _call(kernel, packing.to_front(direction.inputs, destination), None, states, params)
-    last = outputs[torch.arange(outputs.shape[0]), (lengths - 1).clamp(min=0).long()]
+    last = outputs[torch.arange(outputs.shape[0], device=outputs.device), (lengths - 1).clamp(min=0).long()]
     final = torch.where((lengths == 0).unsqueeze(-1), direction.initial_states[0], last)
     return DirectionResult(packing.to_positions(outputs, destination, mask), [final])
 
@@ -195,7 +196,8 @@ def _pair(directions: Sequence[Direction]) -> bool:
     if len(directions) != 2:
         return False
     a, b = directions
-    return (not a.reverse and b.reverse and a.inputs is b.inputs and type(a.math) is type(b.math)
+    return (not a.reverse and b.reverse and a.inputs is b.inputs
+            and _kernel_name(a.math)[0] == _kernel_name(b.math)[0]
             and a.recurrent_kernel.shape == b.recurrent_kernel.shape and a.kernel.dtype == b.kernel.dtype)
 
 

@@ -54,4 +54,5 @@ def to_positions(y: Tensor, destination: Tensor, mask: Optional[Tensor] = None) 
     kernel wrote zeros there (PyTorch's unpacked outputs); else pass the
     `mask`, which zeros them."""
     y = _along_time(y, destination)
-    return y if mask is None else y * ops.cast(ops.expand_dims(mask, -1), y.dtype)
+    # `where`, not a product: what ran past a length may be inf (a relu RNN).
+    return y if mask is None else ops.where(ops.expand_dims(mask, -1), y, ops.zeros_like(y))

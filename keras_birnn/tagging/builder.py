@@ -33,6 +33,7 @@ from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell
 from keras_birnn.crf import CRF, ALLOWED_TRANSITIONS
+from keras_birnn.crf_constraints import split_tag
 from keras_birnn.nested import NestedEncoder
 from keras_birnn.pooling import MaskedMaxPooling
 from keras_birnn.stacking import stacked_bidirectional
@@ -172,7 +173,7 @@ def _rate(name: str, value) -> float:
 
 def is_iob2(tags: Sequence[str]) -> bool:
     """Whether every tag is `O`, `B-<type>` or `I-<type>` (what "iob2" constrains)."""
-    return all(t == "O" or (len(t) > 2 and t[0] in "BI" and t[1] == "-") for t in tags)
+    return all(split_tag(t, "iob2") for t in tags)
 
 
 def _auto_scheme(tags: Sequence[str]) -> Optional[str]:
@@ -181,8 +182,7 @@ def _auto_scheme(tags: Sequence[str]) -> Optional[str]:
     start with I-X) must say so."""
     if is_iob2(tags):
         return "iob2"
-    names_ok = all(t == "O" or (len(t) > 2 and t[0] in "BIES" and t[1] == "-") for t in tags)
-    return "bioes" if names_ok else None
+    return "bioes" if all(split_tag(t, "bioes") for t in tags) else None
 
 
 def _transitions(head: str, allowed_transitions, tags: List[str]) -> Optional[str]:

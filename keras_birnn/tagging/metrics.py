@@ -20,7 +20,8 @@ from keras import ops
 
 from keras_birnn import _tf_internal
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.tagging.spans import SpanScores, check_scheme, tag_parts
+from keras_birnn.crf_constraints import check_scheme
+from keras_birnn.tagging.spans import SpanScores, tag_parts
 
 # Prefix codes in the graph; 0 (outside) also at padding and for the padding tag "".
 CODES = {"O": 0, "B": 1, "I": 2, "E": 3, "S": 4}

@@ -23,8 +23,8 @@ import dataclasses
 from collections import Counter
 from typing import Dict, List, NamedTuple, Sequence, Tuple
 
-SCHEMES: Tuple[str, ...] = ("iob1", "iob2", "bioes")
-PREFIXES: Dict[str, Tuple[str, ...]] = {"iob1": ("O", "B", "I"), "iob2": ("O", "B", "I"), "bioes": ("O", "B", "I", "E", "S")}
+from keras_birnn.crf_constraints import PREFIXES, check_scheme, split_tag
+
 OUTSIDE = "O"
 
 
@@ -36,13 +36,6 @@ class Span(NamedTuple):
     end: int
 
 
-def check_scheme(scheme: str, argument: str = "scheme") -> str:
-    """`scheme` lower-cased, or a ValueError naming `argument` and the value."""
-    if not isinstance(scheme, str) or scheme.lower() not in SCHEMES:
-        raise ValueError(f"`{argument}` must be one of {SCHEMES}, received {scheme!r}.")
-    return scheme.lower()
-
-
 def tag_parts(tag: str, scheme: str = "iob2") -> Tuple[str, str]:
     """(prefix, type) of one tag: `"O"` -> `("O", "")`, `"B-PER"` -> `("B", "PER")`.
 
@@ -50,11 +43,11 @@ def tag_parts(tag: str, scheme: str = "iob2") -> Tuple[str, str]:
     with a prefix `<P>` of the scheme (IOB1/IOB2: B, I; BIOES: B, I, E, S).
     """
     scheme = check_scheme(scheme)
-    prefix, dash, kind = tag.partition("-") if isinstance(tag, str) else ("", "", "")
-    if prefix not in PREFIXES[scheme] or (prefix == OUTSIDE and dash) or (dash and not kind):
-        allowed = ", ".join(f"'{p}-<type>'" for p in PREFIXES[scheme][1:])
+    parts = split_tag(tag, scheme, typed=False)
+    if parts is None:
+        allowed = ", ".join(f"'{p}-<type>'" for p in PREFIXES[scheme])
         raise ValueError(f"A {scheme.upper()} tag is 'O', {allowed} (the type optional), received {tag!r}.")
-    return prefix, kind
+    return parts
 
 
 def _starts(previous: str, previous_kind: str, prefix: str, kind: str) -> bool:
