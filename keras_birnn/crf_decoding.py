@@ -29,7 +29,7 @@ exported SavedModel), JAX (under `jax.jit`, `k` static) and PyTorch.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 from keras import ops
@@ -124,7 +124,8 @@ def _viterbi_top_k(emissions, mask, transitions, start, end, k: int) -> Tuple[Te
     return ops.where(keep, tags, crf_maths.PAD_TAG), ops.where(listed, scores, ops.full_like(scores, -np.inf))
 
 
-def viterbi_top_k(emissions, mask, transitions, start, end, k: int = 2) -> Tuple[Tensor, Tensor]:
+def viterbi_top_k(emissions: Tensor, mask: Optional[Tensor], transitions: Tensor, start: Tensor, end: Tensor,
+                  k: int = 2) -> Tuple[Tensor, Tensor]:
     """The k highest-scoring paths and their scores, best first.
 
     Args:
@@ -144,7 +145,8 @@ def viterbi_top_k(emissions, mask, transitions, start, end, k: int = 2) -> Tuple
     return _viterbi_top_k(emissions, mask, transitions, start, end, k=check_k(k))
 
 
-def path_log_probability(emissions, tags, mask, transitions, start, end) -> Tensor:
+def path_log_probability(emissions: Tensor, tags: Tensor, mask: Optional[Tensor], transitions: Tensor,
+                         start: Tensor, end: Tensor) -> Tensor:
     """log p(tags | emissions) = score(tags) - log Z, `[batch]` (0 for a row
     with no valid position); tags at masked positions are ignored."""
     return -crf_maths.negative_log_likelihood(emissions, tags, mask, transitions, start, end)

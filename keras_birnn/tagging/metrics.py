@@ -12,7 +12,7 @@ between them counted with a cumulative sum. No loop over time: it runs in
 and on PyTorch.
 """
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -22,6 +22,8 @@ from keras_birnn import _tf_internal
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.crf_constraints import check_scheme
 from keras_birnn.tagging.spans import SpanScores, tag_parts
+
+Tensor = Any  # a tensor of the backend
 
 # Prefix codes in the graph; 0 (outside) also at padding and for the padding tag "".
 CODES = {"O": 0, "B": 1, "I": 2, "E": 3, "S": 4}
@@ -57,7 +59,7 @@ def _shifted(x, later: bool):
     return ops.concatenate([x[:, 1:], edge], axis=1) if later else ops.concatenate([edge, x[:, :-1]], axis=1)
 
 
-def span_boundaries(codes, types):
+def span_boundaries(codes: Tensor, types: Tensor) -> Tuple[Tensor, Tensor]:
     """(starts, ends), bool `[batch, time]`: where conlleval's spans begin
     and where they end (inclusive), for prefix codes and type ids."""
     inside = ops.not_equal(codes, CODES["O"])
@@ -76,7 +78,8 @@ def _in_order(flags, positions):
     return ops.argsort(ops.where(flags, positions - _FIRST, positions), axis=1)
 
 
-def correct_spans(gold, predicted, gold_types, predicted_types):
+def correct_spans(gold: Tensor, predicted: Tensor, gold_types: Tensor,
+                  predicted_types: Tensor) -> Tuple[Tensor, Tensor]:
     """(correct flags, their type ids), `[batch, time]`: slot k of a row
     flags whether the row's k-th gold span is predicted exactly."""
     (gold_starts, gold_ends), (starts, ends) = gold, predicted
