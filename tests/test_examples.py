@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from helpers import EWT, POLARITY, REPO, load_example, quietly, run_python
-from keras_birnn.tagging import TokenEncoder
+from keras_birnn.tagging import TokenEncoder, load_vectors
 
 needs_ewt = pytest.mark.skipif(not os.path.isdir(EWT), reason="../shared/data/ud_english_ewt absent")
 needs_polarity = pytest.mark.skipif(not os.path.isdir(POLARITY), reason="../shared/data/sentence_polarity absent")
@@ -206,6 +206,26 @@ def test_token_encoder_keeps_prefix_and_suffix_of_long_words():
     assert char_ids.numpy()[0, 0].tolist() == [1, index["h"], index["e"], 0, 0, 0]  # "T" is OOV
     assert char_ids.numpy()[1, 0].tolist() == [index["x"], index["y"], index["z"], 0, 0, 0]
     assert not char_ids.numpy()[:, 2].any() and not char_ids.numpy()[1, 1:].any()
+
+
+def test_pos_variants_take_pretrained_vectors(tmp_path):
+    """--embeddings' path in pos_tagging: the file's vector is the row of each
+    known word in the built model (the "gru" variant rewires build_tagger's
+    model, and keeps its embedding), frozen with --freeze-embeddings."""
+    pos = load_example("pos_tagging")
+    path = tmp_path / "tiny.txt"  # GloVe: no header
+    path.write_text("the 0.5 -1.25 2\ncat 1 0 -3.5\n")
+    vocabulary = ["", "[UNK]", "the", "cat", "emu"]
+    matrix, stats = load_vectors(str(path), vocabulary)
+    assert (stats.exact, stats.missing, stats.dim) == (2, 1, 3)
+    for variant in ("gru", "bilstm2"):
+        model = pos.build_variant(variant, 5, 6, ["A", "B"], char_units=2, hidden=3, embeddings=matrix,
+                                  trainable_embeddings=False)
+        layer = model.get_layer("word_embedding")
+        table = np.asarray(layer.embeddings)
+        np.testing.assert_array_equal(table[2:4], [[0.5, -1.25, 2], [1, 0, -3.5]])
+        assert not table[0].any() and not layer.trainable
+        assert not any(w is layer.embeddings for w in model.trainable_weights)
 
 
 def test_pos_flags(tmp_path):
