@@ -1,7 +1,7 @@
 """The training examples and the demo with keras_birnn's layers and with their Keras twins (`--layers kb|keras`).
 
-Runs examples/pos_tagging.py (one variant, the BiGRU with the projection
-merge, `--variants bigru`; full UD English EWT train and dev by default),
+Runs examples/pos_tagging.py (one variant, the BiGRU then Dropout and a
+softmax Dense, `--variants bigru`; full UD English EWT train and dev by default),
 examples/sentence_classification.py (one variant, `bi-attention` by
 default; the sentence polarity data) and `python -m keras_birnn.demo` (its
 defaults: 12 epochs; the BiGRU's numbers), each with `--layers kb` and

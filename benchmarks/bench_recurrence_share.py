@@ -1,7 +1,8 @@
 """How much of an example's training epoch its recurrent layers take.
 
-Trains the POS tagger (`--variants bigru`: character BiGRU 48, sentence
-BiGRU 128 with the projection merge, full EWT train) and the sentence
+Trains the POS tagger (`--variants bigru`, `pos_tagging.build_variant`:
+character BiGRU 48, sentence BiGRU 128, Dropout, Dense softmax; full EWT
+train) and the sentence
 classifier (`bi-attention`: BiGRU 64, attention pooling, the polarity
 training split) with `model.fit` for two epochs, three ways, each in a
 fresh process, alternating round by round:
@@ -11,8 +12,8 @@ fresh process, alternating round by round:
 - none: the same model with every recurrent layer replaced by a Dense of
   the same output width at each position, no recurrence: the character
   encoder by the mean of each word's character embeddings and a Dense to
-  2 x 48; the sentence BiGRU by a Dense to the output the BiGRU gave (the
-  tagger's tag softmax, the classifier's 2 x 64 per word).
+  2 x 48; the sentence BiGRU by a Dense to the width the BiGRU gave (the
+  tagger's 2 x 128 per word, the classifier's 2 x 64).
 
 With `--bound`, a fourth peer, kb_compiled: kb with every loop shape
 XLA-compiled when first met (`kb.compilation(compile_after=1)`), whose
@@ -44,8 +45,10 @@ Keras that any recurrent layer could give in that model, and
 than Keras's inside it.
 
 The data, batches, optimizer and seeds are the examples' own
-(`pos_tagging.training_data`, `sentence_classification.Batches`); no
-validation pass. Results and command: benchmarks/README.md.
+(`pos_tagging.Encoded` batches through `pos_tagging.dataset`,
+`sentence_classification.Batches`); no validation pass. The files come
+from `keras_birnn.downloads.fetch_data`: $KERAS_BIRNN_DATA, else
+../shared/data beside the repository, else the download cache. Results and command: benchmarks/README.md.
 
     python -u benchmarks/bench_recurrence_share.py --rounds 2
     python -u benchmarks/bench_recurrence_share.py --examples classifier --rounds 2 --bound
@@ -64,7 +67,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(REPO, "..", "shared", "data")
+DATA = os.environ.get("KERAS_BIRNN_DATA") or os.path.join(REPO, "..", "shared", "data")  # see _data_file
 PEERS = ("kb", "keras", "none")
 EXAMPLES = ("pos", "classifier")
 
@@ -74,46 +77,79 @@ def _timer():
     return EpochTimer()
 
 
-def _char_stand_in(chars, char_count: int, char_dim: int, width: int):
-    """chars `[B, T, C]` -> `[B, T, width]`: the mean of each word's character
-    embeddings (padding characters left out), then a Dense; no recurrence."""
-    import keras
-    embedded = keras.layers.Embedding(char_count, char_dim, name="char_embedding")(chars)
-    valid = keras.ops.expand_dims(keras.ops.cast(keras.ops.not_equal(chars, 0), "float32"), -1)
-    mean = keras.ops.sum(embedded * valid, axis=2) / keras.ops.maximum(keras.ops.sum(valid, axis=2), 1.0)
-    return keras.layers.Dense(width, activation="tanh", name="char_stand_in")(mean)
+def _data_file(name: str, file: str) -> str:
+    """A registered data file (`keras_birnn.downloads.fetch_data`, SHA-256 checked): from
+    $KERAS_BIRNN_DATA, else ../shared/data beside the repository, else the download cache."""
+    from keras_birnn.downloads import fetch_data
+    return fetch_data(name, [file], data_dir=DATA if os.path.isdir(DATA) else None)[file]
 
 
-def _pos_model(peer: str, words, chars, tags):
+def _stand_in(width: int, over_chars: bool, name: str):
+    """A Dense(width, tanh) at each position, in a recurrent layer's place and taking its
+    `mask` argument (the cloned graph passes it). `over_chars`: `kb.NestedEncoder`'s stand-in,
+    embedded chars `[B, T, C, D]` -> `[B, T, width]` from the mean of each word's valid
+    character vectors, with the word mask; no recurrence either way."""
     import keras
+    from keras import ops
+
+    class StandIn(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.dense, self.supports_masking = keras.layers.Dense(width, activation="tanh", name="dense"), True
+
+        def call(self, x, mask=None):
+            if over_chars:
+                valid = ops.ones(ops.shape(x)[:3], x.dtype) if mask is None else ops.cast(mask, x.dtype)
+                valid = ops.expand_dims(valid, -1)
+                x = ops.sum(x * valid, axis=2) / ops.maximum(ops.sum(valid, axis=2), 1.0)
+            return self.dense(x)
+
+        def compute_mask(self, x, mask=None):
+            return None if mask is None or not over_chars else ops.any(mask, axis=-1)
+
+    return StandIn(name=name)
+
+
+def _pos_model(peer: str, words: int, chars: int, tags):
+    """The tagger's bigru variant (`pos.build_variant`); "none": the same model, its character BiGRU
+    and sentence BiGRU swapped for `_stand_in`s of their widths (2 x 48, 2 x 128)."""
+    import keras
+    import keras_birnn as kb
     import pos_tagging as pos
+    model = pos.build_variant("bigru", words, chars, tags, 100, 48, 128, 0.33, layers="kb" if peer == "none" else peer)
     if peer != "none":
-        return pos.build_tagger("bigru", words, chars, tags, 100, 32, 48, 128, 0.33, layers=peer)
-    word_ids = keras.Input((None,), dtype="int32", name="words")
-    char_ids = keras.Input((None, None), dtype="int32", name="chars")
-    embedded = keras.layers.Embedding(words, 100, mask_zero=True, name="word_embedding")(word_ids)
-    x = keras.layers.Concatenate(name="word_repr")([embedded, _char_stand_in(char_ids, chars, 32, 96)])
-    x = keras.layers.Dropout(0.33)(x)
-    probs = keras.layers.Dense(tags, activation="softmax", name="tags")(x)  # where the projection merge was
-    return keras.Model([word_ids, char_ids], probs)
+        return model
+
+    def swap(layer):
+        if isinstance(layer, kb.NestedEncoder):
+            return _stand_in(2 * 48, True, "char_stand_in")
+        if isinstance(layer, kb.StackedBidirectional):
+            return _stand_in(2 * 128, False, "bigru_stand_in")
+        return layer
+    return keras.models.clone_model(model, clone_function=swap)
 
 
 def pos_setup(peer: str, epochs: int, sentences: int) -> Tuple[Any, Any]:
     """The POS tagger's model (compiled, its learning-rate schedule over
-    `epochs`) and its training pipeline, for `peer`."""
+    `epochs`) and its training pipeline, for `peer`: the example's own
+    (`fit_variant`: `pos.Encoded` batches re-drawn every epoch)."""
     import keras
     import numpy as np
     import pos_tagging as pos
     from keras_birnn.datasets import read_conllu
-    train = read_conllu(os.path.join(DATA, "ud_english_ewt", "en_ewt-ud-train.conllu"))[:sentences]
-    words, chars, tags = pos.build_vocabularies(train)
-    encoder = pos.TokenEncoder(words, chars, 16)
-    train_set = pos.EncodedSet(train, encoder, tags)
+    from keras_birnn.tagging import TokenEncoder
+    path = _data_file("ud_english_ewt", "en_ewt-ud-train.conllu")
+    train = [(tokens, upos) for tokens, upos, _ in read_conllu(path)[:sentences]]
+    tags = sorted({t for _, upos in train for t in upos})
+    encoder = TokenEncoder(16, min_word_count=2)
+    encoder.adapt([tokens for tokens, _ in train])
+    train_set = pos.Encoded(train, encoder, tags)
     keras.utils.set_random_seed(0)
-    model = _pos_model(peer, encoder.word_count, encoder.char_count, len(tags))
-    steps = epochs * int(np.ceil(len(train_set) / 32))
-    pos.compile_tagger(model, keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=steps, alpha=0.05))
-    return model, pos.training_data(train_set, 32, np.random.default_rng(0))
+    model = _pos_model(peer, encoder.word_count, encoder.char_count, tags)
+    count = -(-len(train_set) // 32)
+    pos.compile_tagger(model, keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=epochs * count, alpha=0.05))
+    rng = np.random.default_rng(0)
+    return model, pos.dataset(lambda: train_set.batches(32, rng), train_set.batch([0]), count)
 
 
 def _fit(model, data, epochs: int, compile_all: bool) -> dict:
@@ -149,8 +185,7 @@ def classifier_setup(peer: str, sentences: int) -> Tuple[Any, Any]:
     import numpy as np
     import sentence_classification as sc
     from keras_birnn.datasets import read_polarity
-    folder = os.path.join(DATA, "sentence_polarity")
-    texts, labels = read_polarity(os.path.join(folder, "rt-polarity.pos"), os.path.join(folder, "rt-polarity.neg"))
+    texts, labels = read_polarity(*(_data_file("sentence_polarity", f) for f in ("rt-polarity.pos", "rt-polarity.neg")))
     tokens = [sc.tokenize(t) for t in texts]
     train_idx = sc.split_indices(len(tokens), 0)[0][:sentences]
     vocab = sc.Vocabulary([tokens[i] for i in train_idx])
