@@ -10,7 +10,7 @@
 # here with
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-#     --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree pytest pluggy iniconfig
+#     --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex optree pytest pluggy iniconfig pygments
 #
 # Run from anywhere: bash benchmarks/gpu_run.sh. Logs and JSON go to $OUT
 # (the device tool's folder; /tmp/bench_backends_out otherwise).
