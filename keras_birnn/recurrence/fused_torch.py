@@ -72,10 +72,10 @@ def _kernel_name(math) -> Tuple[Optional[str], str]:
 
 def _cpu_training(directions: Sequence[Direction], mask) -> bool:
     """A masked call recording gradients on a CPU. There PyTorch's packed
-    kernels differentiate slowly (training a textbook-sized GRU or LSTM
-    packed took 1.4-5.6x the same kernel unpacked; benchmarks/README.md,
-    "Backends on a CPU"), so such calls run unpacked over the compacted
-    rows (`_compacted`) instead."""
+    kernels differentiate slowly (a training step of PyTorch's GRU or LSTM
+    packed took 2.3-3.2x the same kernel unpacked: benchmarks/README.md,
+    "Backends on a CPU", `bench_packed_training.py`), so such calls run
+    unpacked over the compacted rows (`_compacted`) instead."""
     return mask is not None and torch.is_grad_enabled() and directions[0].inputs.device.type == "cpu"
 
 
@@ -228,7 +228,8 @@ def run(directions: Sequence[Direction], mask=None, return_sequences: bool = Tru
         mask: Optional bool `[batch, time]`.
         return_sequences: Keep per-step outputs (else None).
     """
-    mask = None if mask is None else mask.to(torch.bool)
+    # On the inputs' device: a mask made on the CPU must not meet CUDA outputs.
+    mask = None if mask is None else mask.to(device=directions[0].inputs.device, dtype=torch.bool)
     if _pair(directions) and not _cpu_training(directions, mask):
         results = _bidirectional(directions, _kernel_name(directions[0].math)[0], mask)
     else:
