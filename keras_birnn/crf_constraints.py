@@ -48,6 +48,7 @@ def split_tag(tag: str, scheme: str, typed: bool = True) -> Optional[Tuple[str, 
     where it does not fit. The type is everything after the first `-`;
     `typed=False` also reads a bare prefix (`"B"`, type `""`).
 
+    >>> from keras_birnn.crf_constraints import split_tag
     >>> split_tag("I-B-X", "iob2"), split_tag("S-PER", "iob2"), split_tag("B", "iob2", typed=False)
     (('I', 'B-X'), None, ('B', ''))
     """
