@@ -83,10 +83,13 @@ def traced_update(metric, y_true, y_pred, sample_weight):
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("mode, corpora", [("eager", 10), ("traced", 20), ("eager", 100)])
 def test_span_f1_equals_span_scores(mode, corpora, scheme):
-    if BACKEND == "jax" and mode == "eager":
-        # JAX compiles each eager op per shape (about 3 s a corpus): the traced
-        # case covers JAX; the 100 corpora run on TensorFlow and PyTorch.
-        corpora = min(corpora, 2)
+    if BACKEND == "jax":
+        # JAX compiles each eager op per shape (about 3 s a corpus) and each
+        # new metric's jitted update (2-3 s): a few corpora traced cover JAX;
+        # the 100 corpora run eagerly on TensorFlow and PyTorch.
+        if mode == "eager":
+            pytest.skip("JAX: the traced case covers it (eager ops compile per shape)")
+        corpora = min(corpora, 4)
     tags, rng = scheme_tags(scheme), random.Random(7)
     for seed in range(corpora):
         gold, predicted = random_corpus(seed, scheme)
