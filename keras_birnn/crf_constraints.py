@@ -77,21 +77,14 @@ def tag_parts(tag: str, scheme: str) -> Tuple[str, str]:
     return parts
 
 
-def _iob2(parts) -> Allowed:
+def _only_after_same_type(parts, prefix: str) -> Allowed:
+    """IOB2 (`prefix` "I") and IOB1 (`prefix` "B"): a `prefix`-X tag only
+    right after `B-X` or `I-X`, never first; every other move allowed."""
     allowed = np.ones((len(parts), len(parts)), bool)
-    for j, (prefix, kind) in enumerate(parts):
-        if prefix == "I":
+    for j, (p_j, kind) in enumerate(parts):
+        if p_j == prefix:
             allowed[:, j] = [p in ("B", "I") and k == kind for p, k in parts]
-    start = np.array([prefix != "I" for prefix, _ in parts])
-    return allowed, start, np.ones(len(parts), bool)
-
-
-def _iob1(parts) -> Allowed:
-    allowed = np.ones((len(parts), len(parts)), bool)
-    for j, (prefix, kind) in enumerate(parts):
-        if prefix == "B":
-            allowed[:, j] = [p in ("B", "I") and k == kind for p, k in parts]
-    start = np.array([prefix != "B" for prefix, _ in parts])
+    start = np.array([p != prefix for p, _ in parts])
     return allowed, start, np.ones(len(parts), bool)
 
 
@@ -108,7 +101,8 @@ def _bioes(parts) -> Allowed:
     return allowed, start, end
 
 
-_BUILDERS = {"iob2": _iob2, "iob1": _iob1, "bioes": _bioes}
+_BUILDERS = {"iob2": lambda parts: _only_after_same_type(parts, "I"),
+             "iob1": lambda parts: _only_after_same_type(parts, "B"), "bioes": _bioes}
 
 
 def scheme_allowed(scheme: str, tags: Sequence[str]) -> Allowed:

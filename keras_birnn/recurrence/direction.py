@@ -44,3 +44,24 @@ class Direction(NamedTuple):
 class DirectionResult(NamedTuple):
     outputs: Optional[Tensor]  # [batch, time, units], zeros where masked
     final_states: List[Tensor]
+
+
+def is_bidirectional_pair(directions: Sequence[Direction]) -> bool:
+    """A forward and then a reversed direction over one input tensor with
+    the same weight shapes and dtype: what a fused kernel's bidirectional
+    call runs in one (each fused engine adds its own kernel check)."""
+    if len(directions) != 2:
+        return False
+    a, b = directions
+    return (not a.reverse and b.reverse and a.inputs is b.inputs
+            and a.recurrent_kernel.shape == b.recurrent_kernel.shape and a.kernel.dtype == b.kernel.dtype)
+
+
+class FusedPlan(NamedTuple):
+    """What `loop_report()["plans"]` records for a call on a fused engine:
+    its kernel and layout, e.g. `"torch.gru bidirectional packed"`."""
+
+    form: str
+
+    def describe(self) -> dict:
+        return {"path": "fused", "form": self.form}

@@ -13,6 +13,7 @@ oracle tests run on every backend).
 from typing import List, Sequence
 
 from keras_birnn import backend
+from keras_birnn.config import loop_config
 from keras_birnn.recurrence.direction import Direction, DirectionResult
 
 
@@ -40,12 +41,25 @@ def run(
     from keras_birnn.recurrence import portable
 
     fused = _fused_engine()
-    not_fused = fused.reason_not_fused(directions, mask)
+    not_fused = _reason_not_fused(directions) or fused.reason_not_fused(directions, mask)
     if not not_fused:
         if counter is not None:
             counter.note_plan(fused.plan(directions, mask))
         return fused.run(directions, mask, return_sequences)
     return portable.run(directions, mask, return_sequences, counter=counter, not_fused=not_fused)
+
+
+def _reason_not_fused(directions: Sequence[Direction]) -> str:
+    """What keeps any fused engine off ("" if nothing): the setting, an
+    empty batch or time axis (nothing to pack), recurrent dropout (a fused
+    kernel has no per-step state mask)."""
+    if not loop_config().fused_kernels:
+        return "LoopConfig.fused_kernels is off"
+    if 0 in tuple(directions[0].inputs.shape[:2]):
+        return "an empty batch or time axis (nothing to pack)"
+    if any(d.state_mask is not None for d in directions):
+        return "recurrent dropout in effect"
+    return ""
 
 
 def _fused_engine():

@@ -31,20 +31,8 @@ from jax.experimental import rnn as jax_rnn
 
 from keras_birnn.cells.derivatives import activation_name
 from keras_birnn.cells.lstm import LSTMMath
-from keras_birnn.config import loop_config
 from keras_birnn.recurrence import packing
-from keras_birnn.recurrence.direction import Direction, DirectionResult
-
-
-class FusedPlan:
-    """What `loop_report()["plans"]` records for a call on this engine."""
-
-    def __init__(self, packed: bool, paired: bool):
-        self.packed, self.paired = packed, paired
-
-    def describe(self) -> dict:
-        form = "cudnn lstm" + (" bidirectional" if self.paired else "") + (" packed" if self.packed else "")
-        return {"path": "fused", "form": form}
+from keras_birnn.recurrence.direction import Direction, DirectionResult, FusedPlan, is_bidirectional_pair
 
 
 def on_gpu() -> bool:
@@ -53,38 +41,25 @@ def on_gpu() -> bool:
 
 
 def reason_not_fused(directions: Sequence[Direction], mask=None) -> str:
-    """Why these directions cannot run on cuDNN ("" if they can)."""
-    if not loop_config().fused_kernels:
-        return "LoopConfig.fused_kernels is off"
+    """Why cuDNN's LSTM cannot run these directions ("" if it can;
+    `engine` checked what keeps every fused engine off)."""
     if not on_gpu():
         return "no cuDNN: JAX's backend is not a GPU"
-    if 0 in tuple(directions[0].inputs.shape[:2]):
-        return "an empty batch or time axis (nothing to pack)"
     for direction in directions:
         math = direction.math
         if not isinstance(math, LSTMMath):
             return f"JAX has no cuDNN kernel for {type(math).__name__[:-4] or 'this cell'}"
         if (activation_name(math.activation), activation_name(math.recurrent_activation)) != ("tanh", "sigmoid"):
             return "LSTM activations other than tanh/sigmoid"
-        if direction.state_mask is not None:
-            return "recurrent dropout in effect"
         if direction.inputs.dtype != jnp.float32:
             return f"dtype {direction.inputs.dtype} (cuDNN's LSTM here takes float32)"
     return ""
 
 
-def _pair(directions: Sequence[Direction]) -> bool:
-    """A forward and a reversed direction over one input tensor."""
-    if len(directions) != 2:
-        return False
-    a, b = directions
-    return (not a.reverse and b.reverse and a.inputs is b.inputs
-            and a.recurrent_kernel.shape == b.recurrent_kernel.shape and a.kernel.dtype == b.kernel.dtype)
-
-
 def plan(directions: Sequence[Direction], mask) -> FusedPlan:
     """The plan `run` follows for these directions, for `loop_report()`."""
-    return FusedPlan(mask is not None, _pair(directions))
+    pair = " bidirectional" if is_bidirectional_pair(directions) else ""
+    return FusedPlan("cudnn lstm" + pair + (" packed" if mask is not None else ""))
 
 
 def _flat_weights(directions: Sequence[Direction]):
@@ -127,7 +102,7 @@ def run(directions: Sequence[Direction], mask=None, return_sequences: bool = Tru
     """Runs eligible directions on cuDNN (see the module's doc): a pair as
     one bidirectional call, else one call each."""
     mask = None if mask is None else jnp.asarray(mask, bool)
-    if _pair(directions):
+    if is_bidirectional_pair(directions):
         y, (h, c) = _run(directions, mask, reverse=False, bidirectional=True)
         units = y.shape[-1] // 2
         results = [DirectionResult(y[..., k * units:(k + 1) * units], [h[k], c[k]]) for k in (0, 1)]

@@ -37,22 +37,10 @@ from keras_birnn.cells.derivatives import activation_name
 from keras_birnn.cells.gru import GRUMath
 from keras_birnn.cells.lstm import LSTMMath
 from keras_birnn.cells.simple_rnn import SimpleRNNMath
-from keras_birnn.config import loop_config
 from keras_birnn.recurrence import packing
-from keras_birnn.recurrence.direction import Direction, DirectionResult
+from keras_birnn.recurrence.direction import Direction, DirectionResult, FusedPlan, is_bidirectional_pair
 
 _DTYPES = (torch.float32, torch.float64)
-
-
-class FusedPlan:
-    """What `loop_report()["plans"]` records for a call on this engine."""
-
-    def __init__(self, kernel: str, layout: str, paired: bool):
-        self.kernel, self.layout, self.paired = kernel, layout, paired
-
-    def describe(self) -> dict:
-        form = f"torch.{self.kernel}" + (" bidirectional" if self.paired else "")
-        return {"path": "fused", "form": f"{form} {self.layout}".strip()}
 
 
 def _kernel_name(math) -> Tuple[Optional[str], str]:
@@ -80,17 +68,12 @@ def _cpu_training(directions: Sequence[Direction], mask) -> bool:
 
 
 def reason_not_fused(directions: Sequence[Direction], mask=None) -> str:
-    """Why these directions cannot run on the fused engine ("" if they can)."""
-    if not loop_config().fused_kernels:
-        return "LoopConfig.fused_kernels is off"
-    if 0 in tuple(directions[0].inputs.shape[:2]):
-        return "an empty batch or time axis (nothing to pack)"
+    """Why PyTorch's kernels cannot run these directions ("" if they can;
+    `engine` checked what keeps every fused engine off)."""
     for direction in directions:
         kernel, why = _kernel_name(direction.math)
         if kernel is None:
             return why
-        if direction.state_mask is not None:
-            return "recurrent dropout in effect"
         if kernel == "lstm" and _cpu_training(directions, mask):
             return ("masked LSTM training on a CPU (PyTorch's packed backward is slow there, and an "
                     "unpacked LSTM has no exact final cell state)")
@@ -101,9 +84,11 @@ def reason_not_fused(directions: Sequence[Direction], mask=None) -> str:
 
 def plan(directions: Sequence[Direction], mask) -> FusedPlan:
     """The plan `run` follows for these directions, for `loop_report()`."""
+    kernel = f"torch.{_kernel_name(directions[0].math)[0]}"
     if _cpu_training(directions, mask):
-        return FusedPlan(_kernel_name(directions[0].math)[0], "compacted", False)
-    return FusedPlan(_kernel_name(directions[0].math)[0], "packed" if mask is not None else "", _pair(directions))
+        return FusedPlan(f"{kernel} compacted")
+    layout = (" bidirectional" if _pair(directions) else "") + (" packed" if mask is not None else "")
+    return FusedPlan(kernel + layout)
 
 
 # --- weights ------------------------------------------------------------------------
@@ -193,12 +178,8 @@ def _one(direction: Direction, kernel: str, mask) -> DirectionResult:
 def _pair(directions: Sequence[Direction]) -> bool:
     """Whether the directions are a forward and a reversed run of one
     kernel over one input tensor: PyTorch's bidirectional call runs them."""
-    if len(directions) != 2:
-        return False
-    a, b = directions
-    return (not a.reverse and b.reverse and a.inputs is b.inputs
-            and _kernel_name(a.math)[0] == _kernel_name(b.math)[0]
-            and a.recurrent_kernel.shape == b.recurrent_kernel.shape and a.kernel.dtype == b.kernel.dtype)
+    return (is_bidirectional_pair(directions)
+            and _kernel_name(directions[0].math)[0] == _kernel_name(directions[1].math)[0])
 
 
 def _bidirectional(directions, kernel: str, mask) -> List[DirectionResult]:
