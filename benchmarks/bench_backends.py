@@ -12,8 +12,8 @@ Contenders, all on the current backend and device:
   layer is on the same backend (same `mask=`, same step functions below).
   On TensorFlow it runs kb's TensorFlow engine; on PyTorch the fused
   engine (PyTorch's own kernels on packed sequences,
-  `keras_birnn.recurrence.fused_torch`); on JAX cuDNN's LSTM on a GPU
-  (`fused_jax`), else the portable engine (`keras_birnn.recurrence.portable`:
+  `keras_birnn.recurrence.vendor.torch_kernels`); on JAX cuDNN's LSTM on a GPU
+  (`fused_jax`), else the portable engine (`keras_birnn.recurrence.scan`:
   a masked `lax.scan` per direction); the engine is printed per case.
   keras_birnn is the one Python imports (a scratch copy first on
   PYTHONPATH is measured instead; the header prints its path), else, where

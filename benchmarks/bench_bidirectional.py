@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_birnn as kb  # noqa: E402
-from keras_birnn import compile_policy  # noqa: E402
+from keras_birnn.recurrence import compile_policy  # noqa: E402
 
 SHAPES = {"textbook": (64, 100, 32, 64), "large": (32, 200, 128, 256), "quick": (4, 6, 3, 5)}  # batch, time, input, hidden
 GATES = {"gru": 3, "lstm": 4, "simple": 1}
@@ -136,7 +136,7 @@ def peers_for(cell, shape, with_torch):
 def measure(peers, mode, rounds, steps, warmup=2):
     """Steady-state times. keras_birnn's warm-up runs until the shape is
     XLA-compiled (the loops run plain until a layer has run enough steps at
-    a shape: keras_birnn.compile_policy)."""
+    a shape: keras_birnn.recurrence.compile_policy)."""
     index = 0 if mode == "infer" else 1
     for name, fns in peers.items():
         calls = warmup + (compile_policy.calls_before_compiled(steps) if name == "keras_birnn" else 0)

@@ -63,9 +63,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 from collections import Counter
 import numpy as np, tensorflow as tf, keras
 import keras_birnn as kb
-from keras_birnn.datasets import read_conllu
+from keras_birnn.data.readers import read_conllu
 from keras_birnn import xla_disabled
-from keras_birnn.cli import without_autotuning
+from keras_birnn.cli.arguments import without_autotuning
 
 peer, train_path, dev_path, sentences, dev_sentences, epochs, batch, autotune = sys.argv[1:9]
 sentences, dev_sentences, epochs, batch = int(sentences), int(dev_sentences), int(epochs), int(batch)

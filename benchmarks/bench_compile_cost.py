@@ -29,7 +29,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_birnn as kb  # noqa: E402
-from keras_birnn import bucketing, compile_policy  # noqa: E402
+from keras_birnn.recurrence.tensorflow import bucketing
+from keras_birnn.recurrence import compile_policy  # noqa: E402
 
 CELLS = {"gru": kb.GRUCell, "lstm": kb.LSTMCell, "simple": kb.SimpleRNNCell}
 

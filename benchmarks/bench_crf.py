@@ -12,7 +12,7 @@ the first N sentences of CoNLL-2002 Spanish `esp.train` (word dropout off,
 so both see identical batches), one epoch at a time, alternating which head
 goes first each epoch so that a change of load on the machine falls on both.
 
-Data: `keras_birnn.downloads.fetch_data("conll2002_spanish")`, from
+Data: `keras_birnn.data.downloads.fetch_data("conll2002_spanish")`, from
 `--data-dir DIR` (DIR/conll2002_spanish/esp.train), else $KERAS_BIRNN_DATA,
 else ../shared/data beside the repository if there, else the download cache.
 
@@ -42,9 +42,9 @@ import numpy as np  # noqa: E402
 import conll_tagging as ct  # noqa: E402
 import pos_tagging as pos  # noqa: E402
 import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import add_data_arguments, fetch_data_or_exit  # noqa: E402
-from keras_birnn.datasets import read_columns  # noqa: E402
-from keras_birnn.downloads import DATA_ENV  # noqa: E402
+from keras_birnn.cli.arguments import add_data_arguments, fetch_data_or_exit  # noqa: E402
+from keras_birnn.data.readers import read_columns  # noqa: E402
+from keras_birnn.data.downloads import DATA_ENV  # noqa: E402
 from keras_birnn.tagging import TokenEncoder  # noqa: E402
 
 HEADS = ("softmax", "crf")

@@ -68,7 +68,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_birnn as kb  # noqa: E402
-from keras_birnn.export import SIGNATURE_DEFAULT, saved_model_op_types  # noqa: E402
+from keras_birnn.export.saved_model import SIGNATURE_DEFAULT, saved_model_op_types  # noqa: E402
 
 SIZES = {  # vocabulary, embedding, units per direction, tags, time, batches
     "full": dict(vocab=5000, embed=64, units=64, tags=17, time=40, batches=(1, 32)),
@@ -267,7 +267,7 @@ def open_litert(path: str, with_lengths: bool) -> Opener:
 
 def litert_ops(path: str) -> List[str]:
     """Op names of every subgraph (loop bodies included); Flex and custom ops by their custom name."""
-    from keras_birnn.litert import flatbuffer_ops
+    from keras_birnn.export.litert import flatbuffer_ops
 
     return sorted(op.split(":", 1)[-1] for op in flatbuffer_ops(path))
 

@@ -170,7 +170,7 @@ def example_command(example, layers, args, report, out):
                    "--variants", args.classifier_variant, "--patience", str(args.epochs + 1)]
         if args.max_sentences:
             command += ["--max-sentences", str(args.max_sentences)]
-        if getattr(args, "data_dir", None):  # its default data, sentence_polarity (keras_birnn.downloads)
+        if getattr(args, "data_dir", None):  # its default data, sentence_polarity (keras_birnn.data.downloads)
             command += ["--data-dir", args.data_dir]
         if not args.no_latency:
             command += ["--out", out]

@@ -1,6 +1,6 @@
 """PyTorch's own GRU/LSTM kernels on a CPU: a training step packed against unpacked.
 
-Why `keras_birnn.recurrence.fused_torch` does not differentiate PyTorch's
+Why `keras_birnn.recurrence.vendor.torch_kernels` does not differentiate PyTorch's
 packed kernels on a CPU (a masked training call runs unpacked over the
 compacted rows there): one direction of `torch.nn.GRU`/`torch.nn.LSTM`,
 a forward and the weights' gradients of the sum of squared outputs,

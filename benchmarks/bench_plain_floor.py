@@ -49,7 +49,7 @@ import keras_birnn as kb  # noqa: E402
 # Batch and time swapped as keras_birnn's loops swap them (as float64s:
 # TensorFlow's oneDNN float transpose is several times slower at these
 # sizes); nothing here is differentiated by TensorFlow.
-from keras_birnn.recurrence.layout import _swap_batch_and_time as swap  # noqa: E402
+from keras_birnn.recurrence.tensorflow.layout import _swap_batch_and_time as swap  # noqa: E402
 
 # name: (batch, time, features, units, modes): the models of issue 18's
 # remaining targets (training batch 32; the classifier also predicts at

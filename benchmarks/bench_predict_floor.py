@@ -95,7 +95,7 @@ def classifier_passes() -> Dict[str, Callable[[], Any]]:
     import numpy as np
     import sentence_classification as sc
     from bench_recurrence_share import DATA, _classifier_model
-    from keras_birnn.datasets import read_polarity
+    from keras_birnn.data.readers import read_polarity
 
     folder = os.path.join(DATA, "sentence_polarity")
     texts, labels = read_polarity(os.path.join(folder, "rt-polarity.pos"), os.path.join(folder, "rt-polarity.neg"))

@@ -47,7 +47,7 @@ than Keras's inside it.
 The data, batches, optimizer and seeds are the examples' own
 (`pos_tagging.Encoded` batches through `pos_tagging.dataset`,
 `sentence_classification.Batches`); no validation pass. The files come
-from `keras_birnn.downloads.fetch_data`: $KERAS_BIRNN_DATA, else
+from `keras_birnn.data.downloads.fetch_data`: $KERAS_BIRNN_DATA, else
 ../shared/data beside the repository, else the download cache. Results and command: benchmarks/README.md.
 
     python -u benchmarks/bench_recurrence_share.py --rounds 2
@@ -73,14 +73,14 @@ EXAMPLES = ("pos", "classifier")
 
 
 def _timer():
-    from keras_birnn.cli import EpochTimer
+    from keras_birnn.cli.arguments import EpochTimer
     return EpochTimer()
 
 
 def _data_file(name: str, file: str) -> str:
-    """A registered data file (`keras_birnn.downloads.fetch_data`, SHA-256 checked): from
+    """A registered data file (`keras_birnn.data.downloads.fetch_data`, SHA-256 checked): from
     $KERAS_BIRNN_DATA, else ../shared/data beside the repository, else the download cache."""
-    from keras_birnn.downloads import fetch_data
+    from keras_birnn.data.downloads import fetch_data
     return fetch_data(name, [file], data_dir=DATA if os.path.isdir(DATA) else None)[file]
 
 
@@ -136,7 +136,7 @@ def pos_setup(peer: str, epochs: int, sentences: int) -> Tuple[Any, Any]:
     import keras
     import numpy as np
     import pos_tagging as pos
-    from keras_birnn.datasets import read_conllu
+    from keras_birnn.data.readers import read_conllu
     from keras_birnn.tagging import TokenEncoder
     path = _data_file("ud_english_ewt", "en_ewt-ud-train.conllu")
     train = [(tokens, upos) for tokens, upos, _ in read_conllu(path)[:sentences]]
@@ -184,7 +184,7 @@ def classifier_setup(peer: str, sentences: int) -> Tuple[Any, Any]:
     import keras
     import numpy as np
     import sentence_classification as sc
-    from keras_birnn.datasets import read_polarity
+    from keras_birnn.data.readers import read_polarity
     texts, labels = read_polarity(*(_data_file("sentence_polarity", f) for f in ("rt-polarity.pos", "rt-polarity.neg")))
     tokens = [sc.tokenize(t) for t in texts]
     train_idx = sc.split_indices(len(tokens), 0)[0][:sentences]

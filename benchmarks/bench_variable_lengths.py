@@ -16,8 +16,8 @@ the later ones show the steady state.
 
 Peers:
 - keras: `keras.layers.Bidirectional` (no XLA: Keras's own choice for LSTM/GRU).
-- keras_birnn: the default: loops on time buckets (`keras_birnn.bucketing`), plain
-  until a shape has run enough steps, then XLA-compiled (`keras_birnn.compile_policy`).
+- keras_birnn: the default: loops on time buckets (`keras_birnn.recurrence.tensorflow.bucketing`), plain
+  until a shape has run enough steps, then XLA-compiled (`keras_birnn.recurrence.compile_policy`).
 - keras_birnn_plain: the loops as plain TensorFlow (`recurrence.xla_disabled()`).
 - keras_birnn_never / keras_birnn_all: the default's counted path with no
   shape ever compiled / every shape compiled when first met
@@ -41,7 +41,7 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import numpy as np, tensorflow as tf, keras
 import keras_birnn as kb
 from keras_birnn import recurrence
-from keras_birnn.cli import without_autotuning
+from keras_birnn.cli.arguments import without_autotuning
 peer, cell, path, sentences, epochs, batch, units, pad_to, autotune = sys.argv[1:10]
 sentences, epochs, batch, units, pad_to = int(sentences), int(epochs), int(batch), int(units), int(pad_to)
 lengths, n = [], 0
@@ -79,7 +79,7 @@ model = keras.Model(inputs, keras.layers.Dense(17, activation="softmax")(layer(e
 model.compile("adam", "sparse_categorical_crossentropy")
 if peer == "keras_birnn_per_length":
     # No time buckets: the planner pads to buckets only on these paths.
-    recurrence.plan._COMPILING_PATHS = ()
+    recurrence.tensorflow.plan._COMPILING_PATHS = ()
 tracing = {
     "keras_birnn_plain": recurrence.xla_disabled,
     "keras_birnn_never": lambda: kb.compilation(compile_after=10**9),

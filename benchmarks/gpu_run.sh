@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command for the lent GPU machine: the fused engines' exactness
-# tests on the GPU (TF32 off, tests/portable.py), then bench_backends.py on
+# tests on the GPU (TF32 off, tests/backend_harness.py), then bench_backends.py on
 # the torch backend and on the jax backend, ending within 8 minutes.
 #
 # That machine has python3 with torch, jax, flax, numpy, rich, h5py,
@@ -30,7 +30,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 # engine, gradients included (cuDNN through PyTorch; cuDNN's LSTM on JAX).
 for backend in torch jax; do
   KERAS_BACKEND=$backend timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider -x \
-    tests/test_portable_fused.py tests/test_portable_layers.py 2>&1 | tail -15 | tee "$OUT/tests_$backend.log"
+    tests/all_backends/test_recurrence_vendor.py tests/all_backends/test_layers.py 2>&1 | tail -15 | tee "$OUT/tests_$backend.log"
 done
 
 # Seconds: `timeout` kills a run (10 s after TERM, KILL); --time-budget makes

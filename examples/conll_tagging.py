@@ -19,7 +19,7 @@ Training: `model.fit` one epoch at a time, Adam with cosine decay and
 gradient clipping, a fixed number of epochs (no selection on dev). Dev:
 conlleval's span F1 for IOB2 tag sets, else tag accuracy (UPOS).
 
-Data (`--data NAME`, from `keras_birnn.downloads`, found in --data-dir or
+Data (`--data NAME`, from `keras_birnn.data.downloads`, found in --data-dir or
 $KERAS_BIRNN_DATA, else downloaded and cached), or any files with --train/--dev:
 
     conll2002  CoNLL-2002 Spanish NER, esp.train / esp.testa (dev)
@@ -60,16 +60,16 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import keras_birnn as kb  # noqa: E402
 sys.path.insert(0, EXAMPLES)
 import pos_tagging as pos  # noqa: E402  (Encoded, dataset, keras_twin, predict_ids: shared with the UPOS example)
-from keras_birnn.cli import (  # noqa: E402
+from keras_birnn.cli.arguments import (  # noqa: E402
     LAYERS, add_data_arguments, check_layers, fetch_data_or_exit, finish_args, require_files,
 )
-from keras_birnn.datasets import read_columns, read_conllu, read_lines, split_held_out  # noqa: E402
+from keras_birnn.data.readers import read_columns, read_conllu, read_lines, split_held_out  # noqa: E402
 from keras_birnn.tagging import (  # noqa: E402
     SpanF1, TokenEncoder, build_tagger, convert_tags, export_tagger, load_vectors, span_scores,
 )
 from keras_birnn.tagging.builder import is_iob2  # noqa: E402
 
-DATA = {  # name: (keras_birnn.downloads data set, train file, dev file or None: held out of train, format)
+DATA = {  # name: (keras_birnn.data.downloads data set, train file, dev file or None: held out of train, format)
     "conll2002": ("conll2002_spanish", "esp.train", "esp.testa", "columns"),
     "conll2000": ("conll2000_chunking", "train.txt", None, "columns"),
     "ewt": ("ud_english_ewt", "en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu", "conllu"),

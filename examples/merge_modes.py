@@ -54,7 +54,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
 from keras_birnn import demo  # noqa: E402  (the run-of-1s task)
-from keras_birnn.cli import finish_args  # noqa: E402
+from keras_birnn.cli.arguments import finish_args  # noqa: E402
 
 SECTIONS = ("merge", "cells", "stack", "ensemble")
 

@@ -27,7 +27,7 @@ kb's layers, for LiteRT (builtin ops only, `kb.export_tflite`) to
     words: int32 [1, time], chars: int32 [1, time, max_chars] (0 = padding)
         -> float32 [1, time, n_tags]; a word's tag is ids["tags"][argmax]
 
-Data: by default UD English EWT r2.16 (`keras_birnn.downloads`, found in
+Data: by default UD English EWT r2.16 (`keras_birnn.data.downloads`, found in
 --data-dir or $KERAS_BIRNN_DATA, else downloaded once and cached); any
 CoNLL-U files with --train/--dev:
 
@@ -39,7 +39,7 @@ CoNLL-U files with --train/--dev:
 model with its kb recurrent layers converted to keras.layers (GRU, LSTM,
 Bidirectional, `kb.to_keras_bidirectional`; the character encoder run over
 every word of the reshaped batch), the same weights, so the same
-probabilities at every word (tests/test_examples_twins.py).
+probabilities at every word (tests/tensorflow_only/test_examples_twins.py).
 
 This module also holds what examples/conll_tagging.py shares: `Encoded`
 (sentences as ids once, length-bucketed batches, word dropout),
@@ -67,14 +67,14 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import (  # noqa: E402
+from keras_birnn.cli.arguments import (  # noqa: E402
     LAYERS, EpochTimer, add_data_arguments, check_layers, fetch_data_or_exit, finish_args, require_files,
     without_autotuning,
 )
-from keras_birnn.datasets import read_conllu  # noqa: E402
+from keras_birnn.data.readers import read_conllu  # noqa: E402
 from keras_birnn.tagging import TokenEncoder, build_tagger, export_tagger, load_vectors, pad_tokens  # noqa: E402
 
-EWT = ("ud_english_ewt", "en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu")  # keras_birnn.downloads
+EWT = ("ud_english_ewt", "en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu")  # keras_birnn.data.downloads
 VARIANTS = ("gru", "bigru", "bilstm", "bilstm2")
 OOV_ID = 1
 Tagged = Tuple[List[str], List[str]]

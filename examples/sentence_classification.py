@@ -32,14 +32,14 @@ layers, same sizes, dropout and heads:
     attention    kb.AttentionPooling (Keras has no additive attention pooling)
 
 Same function and parameter count as the kb variant (a kb model takes the
-Keras twin's weights, tests/test_examples_twins.py); what differs is the
+Keras twin's weights, tests/tensorflow_only/test_examples_twins.py); what differs is the
 recurrent code, its initial weights' random draws, and (`--layers kb`)
 the zeros kb writes at padded positions, which no head reads.
 
 Data: any two text files, one text per line (`--pos`, `--neg`); by
 default Pang & Lee's sentence polarity v1.0 (`rt-polarity.pos` and
 `rt-polarity.neg`, as NLTK's data distributes them), found by
-`keras_birnn.downloads.fetch_data`: in a local copy laid out as
+`keras_birnn.data.downloads.fetch_data`: in a local copy laid out as
 `DIR/sentence_polarity/rt-polarity.pos` (`--data-dir DIR`, else the
 `KERAS_BIRNN_DATA` environment variable), else downloaded once into
 Keras's cache (`--cache-dir`); every file is checked by its SHA-256. With
@@ -86,13 +86,13 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import (  # noqa: E402
+from keras_birnn.cli.arguments import (  # noqa: E402
     LAYERS, EpochTimer, add_data_arguments, check_layers, fetch_data_or_exit, finish_args, require_files,
     without_autotuning,
 )
-from keras_birnn.datasets import read_polarity  # noqa: E402
+from keras_birnn.data.readers import read_polarity  # noqa: E402
 
-DATASET = "sentence_polarity"  # its name in keras_birnn.downloads.DATASETS
+DATASET = "sentence_polarity"  # its name in keras_birnn.data.downloads.DATASETS
 HEADS = ("final", "mean", "max", "attention")
 DIRECTIONS = ("uni", "bi")
 VARIANTS = tuple(f"{d}-{h}" for d in DIRECTIONS for h in HEADS)

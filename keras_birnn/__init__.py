@@ -6,26 +6,26 @@ PyTorch); export (SavedModel, LiteRT, ONNX) needs TensorFlow
 """
 
 from keras_birnn import backend as _backend
-from keras_birnn.bidirectional import Bidirectional, DirectionalProjection
+from keras_birnn.layers.bidirectional import Bidirectional, DirectionalProjection
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
-from keras_birnn.compile_policy import compilation
-from keras_birnn.crf import CRF, CRFLoss
+from keras_birnn.recurrence.compile_policy import compilation
+from keras_birnn.crf.layer import CRF, CRFLoss
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
-from keras_birnn.nested import NestedEncoder
-from keras_birnn.recurrent import Recurrent
-from keras_birnn.convert import from_keras_bidirectional, to_keras_bidirectional
+from keras_birnn.layers.nested import NestedEncoder
+from keras_birnn.layers.recurrent import Recurrent
+from keras_birnn.layers.convert import from_keras_bidirectional, to_keras_bidirectional
 from keras_birnn.config import LoopConfig, configure_loops, for_export, fused_directions, loop_config, xla_disabled
 from keras_birnn.recurrence import clear_loop_cache, loop_cache_info
-from keras_birnn.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
-from keras_birnn.stacking import StackedBidirectional, stacked_bidirectional
+from keras_birnn.layers.pooling import AttentionPooling, FinalStatePooling, MaskedMaxPooling, MaskedMeanPooling
+from keras_birnn.layers.stacking import StackedBidirectional, stacked_bidirectional
 # The diagnostics module keeps its public name kb.inspect (a module file named
 # inspect.py shadowed the standard library for scripts run from the package).
 from keras_birnn import diagnostics as inspect  # noqa: E402  (kb.inspect.direction_norms, ...)
 from keras_birnn import tagging  # noqa: E402  (kb.tagging.build_tagger, ...)
 
 if _backend.IS_TENSORFLOW:
-    from keras_birnn.export import check_graph_ops, export_saved_model
-    from keras_birnn.litert import export_tflite, flatbuffer_ops
+    from keras_birnn.export.saved_model import check_graph_ops, export_saved_model
+    from keras_birnn.export.litert import export_tflite, flatbuffer_ops
 else:  # the same names, raising an error that names the backend and the way round
     _EXPORT = "export with kb.export_saved_model / kb.export_tflite"
     check_graph_ops = _backend.tensorflow_only("check_graph_ops", "check the exported graph's ops")

@@ -4,7 +4,7 @@ The one place that reads `keras.backend.backend()`. The layers, heads and
 CRF are written in `keras.ops` and run on every backend; on TensorFlow
 the loops run on the TensorFlow engine (XLA-compiled loops, a hand-written
 BPTT, time buckets, export), elsewhere on the portable engine
-(`recurrence.portable`: a masked scan differentiated by the backend's
+(`recurrence.scan`: a masked scan differentiated by the backend's
 autodiff). A module with TensorFlow-only code imports TensorFlow only when
 `IS_TENSORFLOW`, so the package imports on a machine without TensorFlow.
 """

@@ -11,7 +11,7 @@ The tuning constants were set by measurements on the project's 2-core
 development machine; each names the section of benchmarks/README.md that
 holds them. They are settings, not promises: `kb.configure_loops(...)`
 changes them for a block, and the loops built under other values are
-cached apart (`recurrence.plan.Build`).
+cached apart (`recurrence.tensorflow.plan.Build`).
 
 Example:
 
@@ -84,8 +84,8 @@ class LoopConfig:
             the compile policy; shapes met after that run plain, uncounted.
         fused_kernels: On PyTorch, eligible loops run PyTorch's own fused
             GRU/LSTM/RNN kernels on packed sequences
-            (`recurrence.fused_torch`); on JAX with a GPU, eligible LSTMs
-            run cuDNN's (`recurrence.fused_jax`). False: the portable
+            (`recurrence.vendor.torch_kernels`); on JAX with a GPU, eligible LSTMs
+            run cuDNN's (`recurrence.vendor.jax_kernels`). False: the portable
             engine's step loop. Read per call.
     """
 

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import keras_birnn as kb  # noqa: E402
-from keras_birnn.cli import LAYERS, EpochTimer, check_layers, finish_args  # noqa: E402
+from keras_birnn.cli.arguments import LAYERS, EpochTimer, check_layers, finish_args  # noqa: E402
 
 BOUNDARY_DEFINITION = (
     "boundary    = the first and the last 1 of every block of consecutive 1s (a lone 1 is\n"

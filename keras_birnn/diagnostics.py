@@ -27,10 +27,10 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_birnn._tf_internal import functional_node_keys, inbound_nodes, keras_mask
-from keras_birnn.bidirectional import Bidirectional
+from keras_birnn.tf_internal import functional_node_keys, inbound_nodes, keras_mask
+from keras_birnn.layers.bidirectional import Bidirectional
 from keras_birnn.masking import sequence_input, validate_mask
-from keras_birnn.stacking import StackedBidirectional
+from keras_birnn.layers.stacking import StackedBidirectional
 
 __all__ = [
     "DirectionContributions",

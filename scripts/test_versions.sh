@@ -8,7 +8,7 @@
 #   scripts/test_versions.sh --only oldest          # one (comma-separated names)
 #   scripts/test_versions.sh --reuse                # keep an existing venv
 #   scripts/test_versions.sh --combo "try 2.19.0 3.8.0 2.1.3"  # ad hoc, instead
-#   scripts/test_versions.sh tests/test_crf.py -x   # paths and pytest args
+#   scripts/test_versions.sh tests/tensorflow_only/test_crf.py -x   # paths and pytest args
 #
 # Paths given replace $SUBSET; other arguments go to pytest after $PYTEST_ARGS.
 # Venvs live under $VERSIONS_DIR (default .versions/, git-ignored).
@@ -23,10 +23,10 @@ COMBOS=(
 # (every public layer: config, serialization, symbolic shapes, masks), the
 # Keras-equivalence and masking maths, and the CRF.
 SUBSET=(
-  tests/test_layers_contract.py
-  tests/test_layers_keras_equivalence.py
-  tests/test_masking.py
-  tests/test_crf.py
+  tests/tensorflow_only/test_layers_contract.py
+  tests/tensorflow_only/test_layers_keras_equivalence.py
+  tests/tensorflow_only/test_masking.py
+  tests/tensorflow_only/test_crf.py
 )
 # Every case of these files (the fast subset, -m "not slow", keeps only the
 # first case of each parametrized test: too little to judge a version by).

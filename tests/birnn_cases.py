@@ -122,7 +122,7 @@ class Case:
                 variables.append(var)
         variables += list(extra_variables)
         dtype = bi.compute_dtype  # float32, or float64 under a float64 policy
-        import tensorflow as tf  # here: the cases serve the tests of every backend (tests/portable.py)
+        import tensorflow as tf  # here: the cases serve the tests of every backend (tests/backend_harness.py)
 
         d_output = keras.tree.map_structure(lambda v: tf.constant(v, dtype), d_output)
 

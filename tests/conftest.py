@@ -10,13 +10,13 @@ BACKEND = keras.backend.backend()
 
 
 def pytest_ignore_collect(collection_path, config):
-    """On JAX and PyTorch only the `test_portable_*.py` files run: they use
-    no TensorFlow (`tests/portable.py`); the rest test the TensorFlow
-    engine, exports and examples."""
-    name = collection_path.name
-    if BACKEND == "tensorflow" or not (name.startswith("test_") and name.endswith(".py")):
+    """The folder says which backends run a test: `all_backends/` runs on
+    TensorFlow, JAX and PyTorch (its files import no TensorFlow:
+    `backend_harness.py`); `tensorflow_only/` runs on TensorFlow alone (the
+    TensorFlow engine, exports, examples, docs)."""
+    if BACKEND == "tensorflow":
         return None
-    return not name.startswith("test_portable_")
+    return True if "tensorflow_only" in collection_path.parts else None
 
 
 @pytest.fixture(autouse=True)
@@ -38,11 +38,11 @@ def float64_policy():
 
 @pytest.fixture
 def compiled_loops(monkeypatch):
-    """Loops that would be counted (`keras_birnn.compile_policy`), or run
+    """Loops that would be counted (`keras_birnn.recurrence.compile_policy`), or run
     plain as uncounted inference, are built XLA-compiled outright, without
     the run-time choice between the compiled and plain forms: for tests
     that read the compiled loops' structure."""
-    from keras_birnn.recurrence import plan
+    from keras_birnn.recurrence.tensorflow import plan
 
     # Patched where the planner reads it: the plan's other choices follow
     # from the path (time buckets, runner), as for an uncounted layer.

@@ -1,4 +1,4 @@
-"""A brute-force NumPy linear-chain CRF, the oracle of tests/test_crf.py.
+"""A brute-force NumPy linear-chain CRF, the oracle of tests/tensorflow_only/test_crf.py.
 
 Every quantity comes from enumerating every tag sequence over a row's valid
 positions (so only for small cases: K ** n paths), in float64. It shares no

@@ -7,7 +7,7 @@ so the loop never probes an object for optional parts. The step maths is a
 hashable value (a `NamedTuple`): compiled loops are cached on it.
 
 `forward` is written in `keras.ops` and runs on every backend (the portable
-engine, `recurrence.portable`, differentiates it by the backend's
+engine, `recurrence.scan`, differentiates it by the backend's
 autodiff); `backward` and the bulk gradients are the TensorFlow engine's
 hand-written BPTT and run on TensorFlow only.
 """

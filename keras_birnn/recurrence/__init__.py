@@ -52,7 +52,7 @@ The names below are re-exported for callers outside the package, which
 read them here (so patching `recurrence.run` or `recurrence._rows_kept`
 reaches them). Code inside the package reads its submodules' names: a test
 that patches a function the package calls patches it where it is read
-(`recurrence.dispatch.plan`, for instance).
+(`recurrence.tensorflow.dispatch.plan`, for instance).
 """
 
 from keras_birnn import backend
@@ -62,9 +62,9 @@ from keras_birnn.recurrence.direction import Direction, DirectionResult
 from keras_birnn.recurrence.engine import run
 
 if backend.IS_TENSORFLOW:  # the TensorFlow engine's names
-    from keras_birnn.recurrence import dispatch  # noqa: F401  (read as recurrence.dispatch)
-    from keras_birnn.recurrence.compiled import _by_batch_size
-    from keras_birnn.recurrence.plan import LoopPlan
+    from keras_birnn.recurrence.tensorflow import dispatch  # noqa: F401  (read as recurrence.tensorflow.dispatch)
+    from keras_birnn.recurrence.tensorflow.compiled import _by_batch_size
+    from keras_birnn.recurrence.tensorflow.plan import LoopPlan
 
 __all__ = ["Direction", "DirectionResult", "clear_loop_cache", "for_export", "fused_directions",
            "loop_cache_info", "run", "xla_disabled"]

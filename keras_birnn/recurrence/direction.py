@@ -2,8 +2,8 @@
 
 A direction is a cell's pure step maths, its weights as tensors of the
 backend, its per-step inputs and its initial states. Both engines (the
-TensorFlow one, `recurrence.dispatch`, and the portable one,
-`recurrence.portable`) take a list of directions and return one
+TensorFlow one, `recurrence.tensorflow.dispatch`, and the portable one,
+`recurrence.scan`) take a list of directions and return one
 `DirectionResult` each.
 """
 

@@ -35,10 +35,10 @@ def run(
         counter: The calling layer's `compile_policy.ShapeCounter`.
     """
     if backend.IS_TENSORFLOW:
-        from keras_birnn.recurrence import dispatch
+        from keras_birnn.recurrence.tensorflow import dispatch
 
         return dispatch.run(directions, mask, return_sequences, bptt=bptt, counter=counter)
-    from keras_birnn.recurrence import portable
+    from keras_birnn.recurrence import scan as portable
 
     fused = _fused_engine()
     not_fused = _reason_not_fused(directions) or fused.reason_not_fused(directions, mask)
@@ -65,9 +65,9 @@ def _reason_not_fused(directions: Sequence[Direction]) -> str:
 def _fused_engine():
     """The backend's fused engine: PyTorch's kernels, or cuDNN's LSTM on JAX."""
     if backend.NAME == "torch":
-        from keras_birnn.recurrence import fused_torch
+        from keras_birnn.recurrence.vendor import torch_kernels as fused_torch
 
         return fused_torch
-    from keras_birnn.recurrence import fused_jax
+    from keras_birnn.recurrence.vendor import jax_kernels as fused_jax
 
     return fused_jax

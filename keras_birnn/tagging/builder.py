@@ -30,13 +30,13 @@ import numpy as np
 from keras import ops
 
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.bidirectional import Bidirectional
+from keras_birnn.layers.bidirectional import Bidirectional
 from keras_birnn.cells import GRUCell, LSTMCell
-from keras_birnn.crf import CRF, ALLOWED_TRANSITIONS
-from keras_birnn.crf_constraints import split_tag
-from keras_birnn.nested import NestedEncoder
-from keras_birnn.pooling import MaskedMaxPooling
-from keras_birnn.stacking import stacked_bidirectional
+from keras_birnn.crf.layer import CRF, ALLOWED_TRANSITIONS
+from keras_birnn.crf.schemes import split_tag
+from keras_birnn.layers.nested import NestedEncoder
+from keras_birnn.layers.pooling import MaskedMaxPooling
+from keras_birnn.layers.stacking import stacked_bidirectional
 
 HEADS = ("crf", "softmax")
 CHAR_ENCODERS = (None, "gru", "lstm", "cnn")

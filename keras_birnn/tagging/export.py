@@ -31,13 +31,13 @@ from typing import Optional, Sequence
 import keras
 
 from keras_birnn import backend
-from keras_birnn.crf import CRF
+from keras_birnn.crf.layer import CRF
 from keras_birnn.tagging.encoder import TokenEncoder
 
 if backend.IS_TENSORFLOW:
     import tensorflow as tf
 
-    from keras_birnn.export import export_saved_model
+    from keras_birnn.export.saved_model import export_saved_model
 
 OUTPUT_KEYS = ("tags", "tag_ids", "confidence")
 

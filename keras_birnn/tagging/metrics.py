@@ -18,9 +18,9 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_birnn import _tf_internal
+from keras_birnn import tf_internal
 from keras_birnn.api_export import keras_birnn_export
-from keras_birnn.crf_constraints import check_scheme
+from keras_birnn.crf.schemes import check_scheme
 from keras_birnn.tagging.spans import SpanScores, tag_parts
 
 Tensor = Any  # a tensor of the backend
@@ -225,9 +225,9 @@ class SpanF1(keras.metrics.Metric):
 def _output_mask(y_pred):
     """The mask Keras attached to a model output, or None; `kb.CRF`'s tags
     also carry it in their CRF scores (which JAX's traced arrays keep)."""
-    mask = _tf_internal.keras_mask(y_pred)
+    mask = tf_internal.keras_mask(y_pred)
     if mask is None:
-        from keras_birnn import crf  # here: crf imports the CRF layers' whole machinery
+        from keras_birnn.crf import layer as crf  # here: crf imports the CRF layers' whole machinery
 
         try:
             mask = crf.crf_scores(y_pred).mask

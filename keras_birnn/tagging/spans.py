@@ -23,7 +23,7 @@ import dataclasses
 from collections import Counter
 from typing import Dict, List, NamedTuple, Sequence, Tuple
 
-from keras_birnn.crf_constraints import PREFIXES, check_scheme, split_tag
+from keras_birnn.crf.schemes import PREFIXES, check_scheme, split_tag
 
 OUTSIDE = "O"
 
