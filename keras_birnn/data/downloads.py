@@ -99,6 +99,14 @@ _UD_EWT = (
 # pinned commit for the three archives, each unchanged since it was added.
 _NLTK = "https://raw.githubusercontent.com/nltk/nltk_data/5db857e6f7df11eabb5e5665836db9ec8df07e28/packages/corpora"
 
+
+
+def nltk_archive(name: str, archive: str, files: Dict[str, str], archive_sha256: str, source: str) -> DataSet:
+    """A data set read from one of NLTK's pinned zip archives."""
+    return DataSet(name, files, url=f"{_NLTK}/{archive}.zip", archive=archive,
+                   archive_sha256=archive_sha256, source=source)
+
+
 DATASETS: Dict[str, DataSet] = {
     "ud_english_ewt": DataSet(
         "ud_english_ewt",
@@ -110,39 +118,36 @@ DATASETS: Dict[str, DataSet] = {
         source="Universal Dependencies English EWT, release tag r2.16 (v2.16, 2025-05-15) of "
         "github.com/UniversalDependencies/UD_English-EWT; CC BY-SA 4.0",
     ),
-    "conll2002_spanish": DataSet(
+    "conll2002_spanish": nltk_archive(
         "conll2002_spanish",
+        "conll2002",
         {
             "esp.train": "a20d95cab7d88a19a86f8c1ad6329325c99fbd9529ed978cbd7e31d4b01b4008",
             "esp.testa": "85c17793b77881c53d19017d9d0f1e6fb98b7ddcab54a5f24b05ed1793103c87",
         },
-        url=_NLTK + "/conll2002.zip",
-        archive="conll2002",
-        archive_sha256="64440e49236d0d393e08e0b266284966d68e2d2a82a50cc41b8e96d98c03b5c8",
-        source="CoNLL-2002 shared task (https://www.clips.uantwerpen.be/conll2002/ner/), as "
+        "64440e49236d0d393e08e0b266284966d68e2d2a82a50cc41b8e96d98c03b5c8",
+        "CoNLL-2002 shared task (https://www.clips.uantwerpen.be/conll2002/ner/), as "
         "distributed with NLTK's data (word POS tag); research use within the shared task only",
     ),
-    "conll2000_chunking": DataSet(
+    "conll2000_chunking": nltk_archive(
         "conll2000_chunking",
+        "conll2000",
         {"train.txt": "82033cd7a72b209923a98007793e8f9de3abc1c8b79d646c50648eb949b87cea"},
-        url=_NLTK + "/conll2000.zip",
-        archive="conll2000",
-        archive_sha256="01e65164f268366e7caa0db92332a1955d081908c87016e2c7640c3c5279b7cd",
-        source="CoNLL-2000 shared task (https://www.clips.uantwerpen.be/conll2000/chunking/), "
+        "01e65164f268366e7caa0db92332a1955d081908c87016e2c7640c3c5279b7cd",
+        "CoNLL-2000 shared task (https://www.clips.uantwerpen.be/conll2000/chunking/), "
         "as distributed with NLTK's data; research use",
     ),
-    "sentence_polarity": DataSet(
+    # Not the bytes of Cornell's rt-polaritydata.tar.gz: NLTK converted
+    # its Latin-1, CRLF lines to UTF-8, LF (so says NLTK's README.txt).
+    "sentence_polarity": nltk_archive(
+        "sentence_polarity",
         "sentence_polarity",
         {
             "rt-polarity.pos": "c2dc6b2f55bcf725725372916287cc3f8f9b19402edaa9167de5287cb3ade421",
             "rt-polarity.neg": "614274f81185a850e5a88d533d4679f916d6f62e9af6f0b4ec71fb94bf466ea5",
         },
-        url=_NLTK + "/sentence_polarity.zip",
-        archive="sentence_polarity",
-        archive_sha256="6e1ed4405b65c7eabf1d199a7f7c437091ac21da0ea7467b410a74062574566b",
-        # Not the bytes of Cornell's rt-polaritydata.tar.gz: NLTK converted
-        # its Latin-1, CRLF lines to UTF-8, LF (so says NLTK's README.txt).
-        source="Pang & Lee sentence polarity v1.0 "
+        "6e1ed4405b65c7eabf1d199a7f7c437091ac21da0ea7467b410a74062574566b",
+        "Pang & Lee sentence polarity v1.0 "
         "(https://www.cs.cornell.edu/people/pabo/movie-review-data/), as distributed with "
         "NLTK's data (UTF-8, Unix line ends); CC BY 4.0",
     ),
