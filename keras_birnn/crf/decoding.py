@@ -1,6 +1,6 @@
 """n-best Viterbi decoding and path probabilities of a linear-chain CRF.
 
-Pure functions of the same arguments as `keras_birnn.crf.layer`'s maths
+Pure functions of the same arguments as `keras_birnn.crf.maths`
 (`emissions [batch, time, K]`, a bool `mask [batch, time]` or None, the
 chain's `transitions [K, K]`, `start [K]`, `end [K]`), with the same mask
 rules: the chain links consecutive valid positions, wherever they are.
@@ -12,7 +12,7 @@ position extend some of the k best prefixes of each previous tag, so a
 name a (previous tag, rank) slot as `tag * k + rank`.
 
 What counts as a path: a path that uses a forbidden transition, start or
-end (a score `<= crf.FORBIDDEN`, as `kb.CRF(allowed_transitions=...)`
+end (a score `<= kb.crf.FORBIDDEN`, as `kb.CRF(allowed_transitions=...)`
 sets them) is none, so constrained n-best lists hold allowed paths only;
 so are paths through an emission of -inf. A row with no valid position
 has exactly one path, the empty one, of score 0 (as log Z = 0 there).
@@ -22,7 +22,7 @@ sentinel: score -inf and `PAD_TAG` at every position.
 Ties: paths of equal score come in an unspecified order (it differs
 between backends' `top_k`); the list as a whole holds k distinct paths.
 
-Written in `keras.ops` on the primitives of `keras_birnn.crf.layer`, so it runs on
+Written in `keras.ops` on the primitives of `keras_birnn.crf.maths`, so it runs on
 TensorFlow (also in a `tf.function` of unknown batch and time, and in an
 exported SavedModel), JAX (under `jax.jit`, `k` static) and PyTorch.
 """
@@ -35,7 +35,7 @@ import numpy as np
 from keras import ops
 
 from keras_birnn import backend
-from keras_birnn.crf import layer as crf_maths
+from keras_birnn.crf import maths
 
 if backend.NAME == "jax":
     import jax
@@ -49,10 +49,10 @@ NO_PATH_BELOW = -1e38
 
 
 def _plain_with_k(function: Callable) -> Callable:
-    """`crf._plain`, with `k` a static argument under `jax.jit` (it sets shapes)."""
+    """`maths.plain`, with `k` a static argument under `jax.jit` (it sets shapes)."""
     if backend.NAME == "jax":
         return jax.jit(function, static_argnames=("k",))
-    return crf_maths._plain(function)
+    return maths.plain(function)
 
 
 def check_k(k) -> int:
@@ -64,7 +64,7 @@ def check_k(k) -> int:
 
 def _without_forbidden(x: Tensor) -> Tensor:
     """`x` with forbidden scores (<= FORBIDDEN) at -inf: no path then uses them."""
-    return ops.where(x <= crf_maths.FORBIDDEN, ops.full_like(x, -np.inf), x)
+    return ops.where(x <= maths.FORBIDDEN, ops.full_like(x, -np.inf), x)
 
 
 def _first_ranks(k: int, dtype) -> Tensor:
@@ -96,32 +96,32 @@ def _n_best_forward(emissions, mask, transitions, start, k: int):
         pointers = ops.reshape(ops.where(entered, best, identity), (-1, num_tags * k))
         return ops.where(valid_t[:, None, None], new, score), ops.logical_or(started, valid_t), pointers
 
-    zeros = crf_maths._zero_state(emissions)
+    zeros = maths.zero_state(emissions)
     initial = (
         zeros[:, :, None] + firsts,
-        crf_maths._not_started(emissions),
+        maths.not_started(emissions),
         ops.zeros((ops.shape(emissions)[0], num_tags * k), "int32"),
     )
-    scores, _, pointers = crf_maths._scan(
-        step, (crf_maths._time_major(emissions), crf_maths._time_major(mask)), initial
+    scores, _, pointers = maths.scan(
+        step, (maths.time_major(emissions), maths.time_major(mask)), initial
     )
-    return crf_maths._last(scores, initial[0]), pointers
+    return maths.last_step(scores, initial[0]), pointers
 
 
 @_plain_with_k
 def _viterbi_top_k(emissions, mask, transitions, start, end, k: int) -> Tuple[Tensor, Tensor]:
-    emissions, mask = crf_maths._prepare(emissions, mask)
+    emissions, mask = maths.prepare(emissions, mask)
     transitions, start, end = (_without_forbidden(x) for x in (transitions, start, end))
     num_tags = transitions.shape[0]
     final, pointers = _n_best_forward(emissions, mask, transitions, start, k)
     scores, slots = _top_k(ops.reshape(final + end[:, None], (-1, num_tags * k)), k)
-    tags = ops.transpose(crf_maths._backtrack(pointers, slots) // k, (1, 2, 0))  # [B, k, time]
+    tags = ops.transpose(maths.backtrack(pointers, slots) // k, (1, 2, 0))  # [B, k, time]
     # A row with no valid position: its one (empty) path scores 0.
     any_valid = ops.any(mask, axis=1)[:, None]
     scores = ops.where(any_valid, scores, _first_ranks(k, scores.dtype)[None, :])
     listed = scores > NO_PATH_BELOW
     keep = ops.logical_and(mask[:, None, :], listed[:, :, None])
-    return ops.where(keep, tags, crf_maths.PAD_TAG), ops.where(listed, scores, ops.full_like(scores, -np.inf))
+    return ops.where(keep, tags, maths.PAD_TAG), ops.where(listed, scores, ops.full_like(scores, -np.inf))
 
 
 def viterbi_top_k(emissions: Tensor, mask: Optional[Tensor], transitions: Tensor, start: Tensor, end: Tensor,
@@ -132,7 +132,7 @@ def viterbi_top_k(emissions: Tensor, mask: Optional[Tensor], transitions: Tensor
         emissions: Float `[batch, time, K]`.
         mask: Bool `[batch, time]`, or None (every position valid).
         transitions: `[K, K]` (static K), `start` and `end` `[K]`: the chain's
-            parameters; entries `<= crf.FORBIDDEN` are forbidden.
+            parameters; entries `<= kb.crf.FORBIDDEN` are forbidden.
         k: How many paths (a Python int >= 1).
 
     Returns:
@@ -149,4 +149,4 @@ def path_log_probability(emissions: Tensor, tags: Tensor, mask: Optional[Tensor]
                          start: Tensor, end: Tensor) -> Tensor:
     """log p(tags | emissions) = score(tags) - log Z, `[batch]` (0 for a row
     with no valid position); tags at masked positions are ignored."""
-    return -crf_maths.negative_log_likelihood(emissions, tags, mask, transitions, start, end)
+    return -maths.negative_log_likelihood(emissions, tags, mask, transitions, start, end)

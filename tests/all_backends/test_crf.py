@@ -16,7 +16,7 @@ import pytest
 import crf_reference as ref
 import keras_birnn as kb
 from helpers import MASK_5x5_HOLES, PADDING_PATTERNS_4x6, assert_all_close, keras_round_trip
-from keras_birnn.crf import layer as crf_lib
+from keras_birnn.crf import maths as crf_maths
 from backend_harness import BACKEND, to_numpy, traced, value_and_gradients
 
 K = 3
@@ -123,7 +123,7 @@ def test_matches_oracle_eager_and_traced(mask_name):
     assert_matches(traced(layer, e, mask), expected, rows)
     # Masked positions: tag 0 and marginals 0; valid ones' marginals sum to 1;
     # rows with no valid position: log Z = NLL = 0.
-    assert np.all(eager["tags"][~mask] == crf_lib.PAD_TAG) and np.all(eager["marginals"][~mask] == 0)
+    assert np.all(eager["tags"][~mask] == crf_maths.PAD_TAG) and np.all(eager["marginals"][~mask] == 0)
     np.testing.assert_allclose(eager["marginals"].sum(-1)[mask], 1.0, atol=1e-5)
     empty = ~mask.any(1)
     assert np.all(eager["log_z"][empty] == 0) and np.all(eager["nll"][empty] == 0)
@@ -268,7 +268,7 @@ def test_fit_evaluate_predict_and_keras_file(tmp_path):
     loss, accuracy = model.evaluate(x, y, batch_size=len(x), verbose=0)
     np.testing.assert_allclose(loss, mean_nll(model, x, y, mask), rtol=1e-5)
     predicted = model.predict(x, verbose=0)
-    assert predicted.dtype == np.int32 and np.all(predicted[~mask] == crf_lib.PAD_TAG)
+    assert predicted.dtype == np.int32 and np.all(predicted[~mask] == crf_maths.PAD_TAG)
     np.testing.assert_allclose(accuracy, np.mean(predicted[mask] == y[mask]), rtol=1e-6)
     # The .keras file: identical tags, and the restored compiled loss gives
     # the same value on eager outputs (tensors that take the scores as an attribute).
@@ -305,4 +305,4 @@ def test_symbolic_output_and_no_tensorflow_elsewhere():
     tags = kb.CRF(K)(keras.Input((None, K)))
     assert tags.dtype == "int32" and tuple(tags.shape) == (None, None)
     # The module imports TensorFlow only for the TensorFlow backend.
-    assert hasattr(crf_lib, "tf") == (BACKEND == "tensorflow")
+    assert hasattr(crf_maths, "tf") == (BACKEND == "tensorflow")

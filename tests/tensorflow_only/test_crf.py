@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import crf_reference as ref
 import keras_birnn as kb
-from keras_birnn.crf import layer as crf_lib
+from keras_birnn.crf import maths as crf_maths
 from helpers import MASK_5x5_HOLES as MASK, assert_all_close
 
 IOB2 = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -128,7 +128,7 @@ def test_gradients_match_finite_differences_of_the_oracle():
 
     variables = [tf.Variable(v) for v in [oracle_e] + oracle_params]
     with tf.GradientTape() as tape:
-        nll = crf_lib.negative_log_likelihood(variables[0], tags, MASK, *variables[1:])
+        nll = crf_maths.negative_log_likelihood(variables[0], tags, MASK, *variables[1:])
         loss = tf.reduce_sum(weights * nll)
     grads = tape.gradient(loss, variables)
     values, step = [oracle_e] + oracle_params, 1e-5
@@ -179,8 +179,8 @@ def test_iob2_constraints_match_enumeration_over_allowed_paths():
     decoded = crf.decode(many, many_mask).numpy()
     assert all(allowed(row[m]) for row, m in zip(decoded, many_mask))
     transitions, start, _ = crf.chain_parameters()
-    assert np.all(np.isfinite(transitions.numpy())) and transitions.numpy()[0, 2] == crf_lib.FORBIDDEN
-    assert start.numpy()[2] == crf_lib.FORBIDDEN and start.numpy()[1] == params[1][1]
+    assert np.all(np.isfinite(transitions.numpy())) and transitions.numpy()[0, 2] == crf_maths.FORBIDDEN
+    assert start.numpy()[2] == crf_maths.FORBIDDEN and start.numpy()[1] == params[1][1]
 
 
 # --- the Keras path ---------------------------------------------------------------
@@ -243,7 +243,7 @@ def test_fit_decreases_loss_and_metrics_are_masked(trained):
     loss, accuracy = model.evaluate(x, y, batch_size=len(x), verbose=0)
     np.testing.assert_allclose(loss, expected_loss(model, x, y, mask), rtol=1e-5)
     predicted = model.predict(x, verbose=0)
-    assert predicted.dtype == np.int32 and np.all(predicted[~mask] == crf_lib.PAD_TAG)
+    assert predicted.dtype == np.int32 and np.all(predicted[~mask] == crf_maths.PAD_TAG)
     np.testing.assert_allclose(accuracy, np.mean(predicted[mask] == y[mask]), rtol=1e-6)
     assert accuracy > 0.9
 
@@ -299,7 +299,7 @@ def test_mixed_precision_recursion_in_float32():
     nll = crf.negative_log_likelihood(emissions, y, mask)
     assert nll.dtype == tf.float32
     emissions32 = tf.cast(emissions, tf.float32)
-    expected = crf_lib.negative_log_likelihood(emissions32, y, mask, *crf.chain_parameters())
+    expected = crf_maths.negative_log_likelihood(emissions32, y, mask, *crf.chain_parameters())
     np.testing.assert_allclose(nll.numpy(), expected.numpy(), rtol=1e-6)
     assert explicit(tf.cast(emissions, tf.float16), mask=mask).dtype == tf.int32
     assert explicit.log_partition(emissions, mask).dtype == tf.float32

@@ -13,7 +13,7 @@ import tensorflow as tf
 import crf_reference as ref
 import keras_birnn as kb
 from helpers import MASK_5x5_HOLES, PADDING_PATTERNS_4x6
-from keras_birnn.crf import layer as crf_lib
+from keras_birnn.crf import maths as crf_maths
 from keras_birnn.crf import decoding as crf_decoding
 
 PATTERNS = np.concatenate(list(PADDING_PATTERNS_4x6.values()))  # [24, 6]: every padding kind
@@ -101,7 +101,7 @@ def test_top_1_is_decode(scheme):
                     scheme)
     paths, scores = crf.top_k(e, mask, k=1)
     np.testing.assert_array_equal(paths.numpy()[:, 0], crf.decode(e, mask).numpy())
-    best = crf_lib.path_score(e, paths[:, 0], mask, *crf.chain_parameters())
+    best = crf_maths.path_score(e, paths[:, 0], mask, *crf.chain_parameters())
     np.testing.assert_allclose(scores.numpy()[:, 0], best.numpy(), rtol=1e-5, atol=1e-4)
 
 
@@ -133,7 +133,7 @@ def test_schemes_forbid_exactly_what_they_say():
     rng = np.random.default_rng(3)
     params = [rng.normal(size=s).astype("float32") for s in ((9, 9), (9,), (9,))]
     transitions, start, end = (x.numpy() for x in built_crf(BIOES, params, "bioes").chain_parameters())
-    forbidden = crf_lib.FORBIDDEN
+    forbidden = crf_maths.FORBIDDEN
     # B-A is followed only by I-A / E-A; E-A not by I-A; ends only on O, E-*, S-*.
     assert [BIOES[j] for j in np.flatnonzero(transitions[1] != forbidden)] == ["I-A", "E-A"]
     assert transitions[3, 2] == forbidden and transitions[3, 5] == params[0][3, 5]
