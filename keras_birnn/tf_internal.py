@@ -112,6 +112,30 @@ def functional_node_keys(model: Any) -> Set[str]:
     return getattr(graph, "_nodes", None) or set()
 
 
+def flatten_layers(model: Any) -> List[Any]:
+    """Every layer nested in `model` (not the model itself), at any depth.
+    Keras 3 keeps this walk private (`Layer._flatten_layers`); the public
+    `model.layers` lists only the direct children."""
+    return list(model._flatten_layers(include_self=False))
+
+
+def set_tensor_attribute(tensor: Any, name: str, value: Any) -> None:
+    """Attaches `value` to `tensor` as Keras attaches masks: an attribute,
+    or, for a tensor that takes none (JAX's tracers), Keras's store by
+    tensor id, whose entry goes with the tensor
+    (`keras.src.backend.common.tensor_attributes`; no public API)."""
+    from keras.src.backend.common.tensor_attributes import set_tensor_attr
+
+    set_tensor_attr(tensor, name, value)
+
+
+def tensor_attribute(tensor: Any, name: str) -> Any:
+    """What `set_tensor_attribute` attached to `tensor` under `name`, or None."""
+    from keras.src.backend.common.tensor_attributes import get_tensor_attr
+
+    return get_tensor_attr(tensor, name)
+
+
 def keras_mask(tensor: Any) -> Any:
     """The Keras mask attached to a symbolic or eager tensor, or None. Keras 3
     attaches it as a private attribute, or, where a tensor takes no
