@@ -10,10 +10,10 @@ Contenders, all on the current backend and device:
 - kb: `keras_birnn.Bidirectional(keras_birnn.GRUCell/LSTMCell(H),
   return_sequences=True)` with Keras's weights, called exactly as Keras's
   layer is on the same backend (same `mask=`, same step functions below).
-  On TensorFlow it runs kb's TensorFlow engine; on PyTorch the fused
+  On TensorFlow it runs kb's TensorFlow engine; on PyTorch the vendor
   engine (PyTorch's own kernels on packed sequences,
   `keras_birnn.recurrence.vendor.torch_kernels`); on JAX cuDNN's LSTM on a GPU
-  (`fused_jax`), else the portable engine (`keras_birnn.recurrence.scan`:
+  (`vendor.jax_kernels`), else the scan engine (`keras_birnn.recurrence.scan`:
   a masked `lax.scan` per direction); the engine is printed per case.
   keras_birnn is the one Python imports (a scratch copy first on
   PYTHONPATH is measured instead; the header prints its path), else, where
@@ -79,7 +79,7 @@ header prints what is in force.
     KERAS_BACKEND=torch python benchmarks/bench_backends.py --json torch.json
     KERAS_BACKEND=jax python benchmarks/bench_backends.py --cases 'bigru/*'
     python benchmarks/bench_backends.py --quick          # tiny shapes, a few repeats (CPU tests)
-    bash benchmarks/gpu_run.sh                           # the lent GPU: torch, then jax, within 8 minutes
+    bash benchmarks/gpu_run.sh                           # on a CUDA machine: torch, then jax, within 8 minutes
 """
 
 import argparse
@@ -469,11 +469,11 @@ def kb_layer(cell, keras_bidirectional):
 
 def kb_engine(layer):
     """The engines kb's layer ran so far, from its `loop_report()`: path
-    and form of each plan (e.g. 'fused torch.gru bidirectional packed';
-    for the portable engine, why the fused one was not taken)."""
+    and form of each plan (e.g. 'vendor torch.gru bidirectional packed';
+    for the scan engine, why no vendor engine ran the call)."""
     seen = set()
     for plan in layer.loop_report().get("plans", []):
-        why = f" (not fused: {plan['not fused']})" if plan.get("not fused") else ""
+        why = f" (why not vendor: {plan['why not vendor']})" if plan.get("why not vendor") else ""
         seen.add(f"{plan['path']} {plan.get('form', '')}{why}".strip())
     return "; ".join(sorted(seen)) or "none seen"
 

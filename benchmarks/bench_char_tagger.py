@@ -22,7 +22,7 @@ compiling included) and for a second, warm pass.
 
 Printed per peer and round: the first epoch's seconds, the mean of the later
 epochs', the whole `fit` (its set-up included), both predict passes, dev
-accuracy, the last epoch's loss and the load average before and after.
+accuracy, the last epoch's loss and the machine's load before and after.
 
 The reshape back returns the word mask: Keras's Concatenate ORs its
 inputs' masks, so an input without one (the char states) would make every

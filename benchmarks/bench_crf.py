@@ -19,7 +19,7 @@ else ../shared/data beside the repository if there, else the download cache.
 Printed per epoch and head: wall seconds and this process's CPU seconds
 (all threads; less sensitive to other jobs than the wall clock), then the
 CRF/softmax ratios of the first epoch (tracing included) and of the mean of
-the later epochs. The issue's bar is a CRF epoch at most 15% longer.
+the later epochs (a CRF head is meant to cost at most 15% more per epoch).
 
     python benchmarks/bench_crf.py --data-dir /path/to/data
     python benchmarks/bench_crf.py --sentences 300 --epochs 2      # a smoke run
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
         models[head] = ct.build_model(args.example, encoder, tags, head, {})
         compile_head(models[head], head, tags, args, steps)
     print(f"{len(train_set)} sentences of esp.train, {len(tags)} tags, batch {args.batch_size}, "
-          f"{args.epochs} epochs per head; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+          f"{args.epochs} epochs per head; load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     rng = np.random.default_rng(args.seed)
     times = {head: [] for head in HEADS}
     for epoch in range(args.epochs):

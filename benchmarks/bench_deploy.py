@@ -36,7 +36,7 @@ the largest difference from the reference, and the ops it holds:
   the op names of every subgraph (loop bodies included).
 - ONNX: tf2onnx (opset 17) of the `serving_default` signature of each
   peer's SavedModel (docs/deploy.md), of keras_birnn's exported under
-  `kb.fused_directions()` too (one loop for both directions), and
+  `kb.lockstep_directions()` too (one loop for both directions), and
   `tf2onnx.convert.from_keras` of the Keras model; run in onnxruntime
   (default session options); ops: the node op types, Loop bodies included.
 
@@ -367,14 +367,14 @@ def onnx_artifacts(models, workdir, batch, cache) -> List[Artifact]:
     def from_fused_saved_model():
         # One loop for both directions: onnxruntime's default session runs
         # one node at a time, so a loop per direction overlaps nothing there.
-        with kb.fused_directions():
+        with kb.lockstep_directions():
             path = kb.export_saved_model(models["kb"], os.path.join(workdir, f"{models['kb'].name}_fused"), version=1)
         return onnx_from_saved_model(path, True)
 
     how = "tf2onnx from_graph_def(serving_default of its SavedModel), opset 17"
     return [
         attempt(Artifact("kb", how), lambda: from_saved_model("kb")),
-        attempt(Artifact("kb", how.replace("its SavedModel", "a SavedModel exported under kb.fused_directions()")),
+        attempt(Artifact("kb", how.replace("its SavedModel", "a SavedModel exported under kb.lockstep_directions()")),
                 from_fused_saved_model),
         attempt(Artifact("keras", how), lambda: from_saved_model("keras")),
         attempt(Artifact("keras", "tf2onnx.convert.from_keras(model), opset 17"),

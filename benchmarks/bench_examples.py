@@ -46,7 +46,7 @@ export computes.
 With `--baseline DIR` (a checkout of earlier code, `git worktree add DIR
 REF`), a third contender, `base`, runs the same kb examples with DIR's
 `keras_birnn` first on the path, in the same rounds: a change's speed
-measured against the code before it, in one run, with kb/base ratios.
+measured against another checkout's, in one run, with kb/base ratios.
 """
 
 import argparse

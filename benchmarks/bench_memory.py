@@ -8,13 +8,12 @@ offset, which cancels in the growth per step of T between two lengths (the
 figure that matters). A second step cannot be measured this way: the memory
 the first one touched stays resident (TensorFlow's CPU allocations are not
 returned to the OS), so the second step's peak above it is ~0 whatever T.
-(An earlier version measured that and printed ~0 MB for every length.)
 
     python benchmarks/bench_memory.py                       # T = 1k, 5k, 20k
     python benchmarks/bench_memory.py --lengths 1000 2000   # other lengths
 
 Peers: keras_birnn (default: one loop per direction, run concurrently),
-keras_birnn_fused (both directions in one loop, `recurrence.fused_directions`)
+keras_birnn_lockstep (both directions in one loop, `kb.lockstep_directions`)
 and keras.layers.Bidirectional.
 """
 
@@ -29,11 +28,10 @@ import contextlib, json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
 import keras, numpy as np, tensorflow as tf
 import keras_birnn as kb
-from keras_birnn import recurrence
 peer, cell, steps, batch, features, units = sys.argv[1:7]
 steps, batch, features, units = int(steps), int(batch), int(features), int(units)
-# keras_birnn_fused: both directions in one loop (recurrence.fused_directions)
-tracing = recurrence.fused_directions() if peer == "keras_birnn_fused" else contextlib.nullcontext()
+# keras_birnn_lockstep: both directions in one loop (kb.lockstep_directions)
+tracing = kb.lockstep_directions() if peer == "keras_birnn_lockstep" else contextlib.nullcontext()
 if peer.startswith("keras_birnn"):
     layer = kb.Bidirectional({"gru": kb.GRUCell, "lstm": kb.LSTMCell}[cell](units), return_sequences=True)
 else:
@@ -79,7 +77,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--features", type=int, default=32)
     parser.add_argument("--units", type=int, default=64)
-    parser.add_argument("--peers", nargs="+", default=["keras_birnn", "keras_birnn_fused", "keras"])
+    parser.add_argument("--peers", nargs="+", default=["keras_birnn", "keras_birnn_lockstep", "keras"])
     args = parser.parse_args(argv)
     print(f"peak memory of the first training step (MB above the built model, compilation included), "
           f"batch {args.batch}, input {args.features}, hidden {args.units}")

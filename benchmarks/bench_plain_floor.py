@@ -7,7 +7,8 @@ not its arithmetic. This script writes out, by hand, a bidirectional GRU
 with the fewest operations we know of, and times it beside
 `kb.Bidirectional(kb.GRUCell)` (never compiled) and
 `keras.layers.Bidirectional(keras.layers.GRU)` at the shapes of the models
-that issue 18's remaining targets name, each peer called in turn:
+of the examples (the classifier, the variable-length tagger, the demo),
+each peer called in turn:
 
 - the forward step: two matmuls, the gates, the masked update, one write
   (right padding: the state stands and the output is zero at a padded step);
@@ -24,7 +25,7 @@ that issue 18's remaining targets name, each peer called in turn:
 Before timing, each shape checks that the hand-written GRU, given kb's
 weights, computes kb's outputs and gradients (the loss: the sum of the
 squared outputs). It swaps batch and time as kb's loops do (as
-float64s, `layout._swap_batch_and_time`). It is the leanest plain loop
+float64s, `layout.swap_batch_and_time`). It is the leanest plain loop
 we know, not a proven bound: kb/minimal says how far kb's loops are from
 it (below 1 where kb's choices, such as the functional `While` for small
 steps, beat it), keras/minimal what that loop gains over Keras's layer.
@@ -49,10 +50,10 @@ import keras_birnn as kb  # noqa: E402
 # Batch and time swapped as keras_birnn's loops swap them (as float64s:
 # TensorFlow's oneDNN float transpose is several times slower at these
 # sizes); nothing here is differentiated by TensorFlow.
-from keras_birnn.recurrence.tensorflow.layout import _swap_batch_and_time as swap  # noqa: E402
+from keras_birnn.recurrence.tensorflow.layout import swap_batch_and_time as swap  # noqa: E402
 
-# name: (batch, time, features, units, modes): the models of issue 18's
-# remaining targets (training batch 32; the classifier also predicts at
+# name: (batch, time, features, units, modes): the examples' models
+# (training batch 32; the classifier also predicts at
 # 32, the demo serves at 1 and 64); time is the middle of three lengths.
 SHAPES = {
     "classifier": (32, 20, 128, 64, ("inference", "training")),

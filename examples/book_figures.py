@@ -28,8 +28,8 @@ gate scales the recurrent product per unit, which is Keras's
 prints how far `reset_after=False` (reset before the matmul) lands: with
 these tiny weights, below 1e-4, invisible at the figure's precision.
 
-The per-position norms come from `kb.inspect.direction_norms`; the figure
-is drawn with `kb.inspect.plot_direction_norms` (needs matplotlib).
+The per-position norms come from `kb.diagnostics.direction_norms`; the figure
+is drawn with `kb.diagnostics.plot_direction_norms` (needs matplotlib).
 
     python examples/book_figures.py
     python examples/book_figures.py --init glibc --png /tmp/figure_17_5.png
@@ -238,12 +238,12 @@ def program_095(init: str = "msvc", seed: int = 42, reset_after: bool = True) ->
 
 
 def direction_norms(bi, x):
-    """(forward norms [T], backward norms [T], how): kb.inspect when present,
+    """(forward norms [T], backward norms [T], how): kb.diagnostics when present,
     else computed from the merge_mode=None outputs."""
     inspect = getattr(kb, "inspect", None)
     if inspect is not None and hasattr(inspect, "direction_norms"):
         norms = inspect.direction_norms(bi, x)
-        return norms.forward[0], norms.backward[0], "kb.inspect.direction_norms"
+        return norms.forward[0], norms.backward[0], "kb.diagnostics.direction_norms"
     fwd, bwd = bi(x)
     return (np.linalg.norm(np.asarray(fwd)[0], axis=-1), np.linalg.norm(np.asarray(bwd)[0], axis=-1),
             "norms of the merge_mode=None outputs")
@@ -324,14 +324,14 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
 def write_png(bi, x, path: str, init: str) -> Optional[str]:
     inspect = getattr(kb, "inspect", None)
     if inspect is None or not hasattr(inspect, "plot_direction_norms"):
-        print("kb.inspect.plot_direction_norms is not available: no PNG written.")
+        print("kb.diagnostics.plot_direction_norms is not available: no PNG written.")
         return None
     try:
         inspect.plot_direction_norms(bi, x, path, title=f"Figure 17-5: per-position norms ({init} weights)")
     except ImportError as error:
         print(f"No PNG written: {error}")
         return None
-    print(f"Wrote {path} (kb.inspect.plot_direction_norms).")
+    print(f"Wrote {path} (kb.diagnostics.plot_direction_norms).")
     return path
 
 

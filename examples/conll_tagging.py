@@ -320,7 +320,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         elif not args.no_export:
             print("  not exported: export_tagger takes string tokens, not --feature-columns")
     total = time.perf_counter() - start
-    print(f"Done in {total:.0f} s ({args.epochs} epochs); load average now {os.getloadavg()[0]:.2f}.")
+    print(f"Done in {total:.0f} s ({args.epochs} epochs); load now {os.getloadavg()[0]:.2f}.")
     if args.report_json:
         settings = {k: v for k, v in vars(args).items() if k not in ("report_json", "head")}
         with open(args.report_json, "w", encoding="utf-8") as f:

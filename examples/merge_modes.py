@@ -15,7 +15,7 @@
 2. BiGRU vs BiLSTM (same hidden size) on the textbook's "inside a run of 1s"
    labelling task and on the HMM task of 4: accuracy, parameters, time, and
    the mean per-position norm of each direction's output
-   (`kb.inspect.direction_norms`), the book's way of comparing them.
+   (`kb.diagnostics.direction_norms`), the book's way of comparing them.
 3. Two stacked BiGRUs (`kb.stacked_bidirectional`): the representation is
    2 x 64 = 128 wide after each layer; the parameter count per layer is
    2 directions x 3 gates x (input x units + units x units + bias), the
@@ -174,7 +174,7 @@ def section_cells(args, rng) -> dict:
             model = _compile(tagger(cell, args.cell_hidden, name.lower()), 1e-2, "sparse_categorical_crossentropy")
             first, last, seconds = _fit(model, x, y, args)
             accuracy = float(np.mean(predict(model, x_test).argmax(-1) == y_test))
-            norms = kb.inspect.direction_norms(model.get_layer(name.lower()), x_test[:256])  # reads the input
+            norms = kb.diagnostics.direction_norms(model.get_layer(name.lower()), x_test[:256])  # reads the input
             rows.append({"task": task, "model": name, "params": model.count_params(), "accuracy": accuracy,
                          "norm_f": float(norms.forward.mean()), "norm_b": float(norms.backward.mean()),
                          "loss_first": first, "loss_last": last, "seconds": seconds})
@@ -375,7 +375,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     args = parse_args(argv)
     start = time.perf_counter()
     print(f"seed {args.seed}, {args.samples} training sequences of {args.length}, {args.epochs} epochs; "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs\n")
+          f"load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs\n")
     results = {}
     level = tf.get_logger().level
     tf.get_logger().setLevel("ERROR")  # one small inference graph per model: retracing is expected
@@ -393,7 +393,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     finally:
         tf.get_logger().setLevel(level)
     results["seconds"] = time.perf_counter() - start
-    print(f"Done in {results['seconds']:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
+    print(f"Done in {results['seconds']:.0f} s; load now {os.getloadavg()[0]:.2f}.")
     return results
 
 

@@ -469,7 +469,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     test_set = Encoded(test, encoder, tags) if test else None
     print(f"Train {len(train)} sentences / {int(train_set.lengths.sum())} words, dev {len(dev)} / "
           f"{int(dev_set.lengths.sum())}; vocabulary {encoder.word_count} words (count >= 2, with padding and OOV), "
-          f"{encoder.char_count} characters, {len(tags)} UPOS tags. Load average {os.getloadavg()[0]:.2f}.")
+          f"{encoder.char_count} characters, {len(tags)} UPOS tags. Load {os.getloadavg()[0]:.2f}.")
     rows, models = [], {}
     for variant in args.variants:
         models[variant], row = fit_variant(variant, args, train_set, dev_set, test_set, encoder, tags, embeddings)
@@ -483,7 +483,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     best = max(rows, key=lambda r: r["dev"])["variant"]
     export_path, litert_path = (None, None) if args.no_export else export_best(models[best], encoder, tags, args)
     total = time.perf_counter() - start
-    print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
+    print(f"Done in {total:.0f} s; load now {os.getloadavg()[0]:.2f}.")
     if args.report_json:
         write_report(args.report_json, args, rows, len(dev_set), export_path, total)
     return {"rows": rows, "models": models, "encoder": encoder, "tags": tags, "best": best, "dev": dev,

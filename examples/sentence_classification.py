@@ -345,7 +345,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
     print(f"{len(tokens)} sentences ({int(labels.sum())} positive): train {len(train_idx)}, validation "
           f"{len(val_idx)} (picks the epoch), held out {len(test_idx)} (seed {args.seed}); vocabulary "
           f"{len(vocab)} words (count >= 2 in train, with padding and OOV).")
-    print(f"Load average at start: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs.")
+    print(f"Load at start: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs.")
 
     rows, models = [], {}
     for variant in args.variants:
@@ -391,7 +391,7 @@ def run(argv: Optional[Sequence[str]] = None) -> dict:
         export_path = export_classifier(models[best], args.layers, args.out, vocab, test[0][0][:8])
         print(f"Exported {best} for TF Serving to {export_path} (word ids in; its vocabulary beside it).")
     total = time.perf_counter() - start
-    print(f"Done in {total:.0f} s; load average now {os.getloadavg()[0]:.2f}.")
+    print(f"Done in {total:.0f} s; load now {os.getloadavg()[0]:.2f}.")
     if args.report_json:
         write_report(args.report_json, args, rows, len(test_idx), total, export_path)
     return {"rows": rows, "models": models, "vocab": vocab, "test": test, "seconds": total,

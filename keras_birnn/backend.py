@@ -3,7 +3,7 @@
 The one place that reads `keras.backend.backend()`. The layers, heads and
 CRF are written in `keras.ops` and run on every backend; on TensorFlow
 the loops run on the TensorFlow engine (XLA-compiled loops, a hand-written
-BPTT, time buckets, export), elsewhere on the portable engine
+BPTT, time buckets, export), elsewhere on the scan engine
 (`recurrence.scan`: a masked scan differentiated by the backend's
 autodiff). A module with TensorFlow-only code imports TensorFlow only when
 `IS_TENSORFLOW`, so the package imports on a machine without TensorFlow.

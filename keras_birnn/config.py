@@ -25,6 +25,7 @@ kb.loop_config().max_compiled_shapes  # 16 again here
 import contextlib
 import contextvars
 import dataclasses
+import warnings
 from typing import Iterator, Union
 
 
@@ -32,7 +33,7 @@ from typing import Iterator, Union
 class LoopConfig:
     """How loops are built. Change it with `kb.configure_loops(...)` or the
     shorthands (`kb.xla_disabled()`, `kb.for_export()`,
-    `kb.fused_directions()`, `kb.compilation(...)`).
+    `kb.lockstep_directions()`, `kb.compilation(...)`).
 
     Args:
         xla: Loops may run XLA-compiled. False under `kb.xla_disabled()`.
@@ -41,7 +42,7 @@ class LoopConfig:
             plain TensorFlow, for serving graphs.
         concurrent_directions: In graphs, each direction of a
             bidirectional layer is its own loop, run at the same time as
-            the other. False under `kb.fused_directions()`.
+            the other. False under `kb.lockstep_directions()`.
         compact_rows: Sequence-level encoders leave rows without a valid
             step out of their loops. False when tracing for LiteRT.
         empty_case: Loops may sit under a `tf.cond` for a zero-length time
@@ -82,11 +83,12 @@ class LoopConfig:
             first (`kb.clear_loop_cache()` drops them all).
         max_counted_shapes: Shapes per layer whose calls are counted for
             the compile policy; shapes met after that run plain, uncounted.
-        fused_kernels: On PyTorch, eligible loops run PyTorch's own fused
+        vendor_kernels: On PyTorch, eligible loops run PyTorch's own
             GRU/LSTM/RNN kernels on packed sequences
-            (`recurrence.vendor.torch_kernels`); on JAX with a GPU, eligible LSTMs
-            run cuDNN's (`recurrence.vendor.jax_kernels`). False: the portable
-            engine's step loop. Read per call.
+            (`recurrence.vendor.torch_kernels`); on JAX with a GPU, eligible
+            LSTMs run cuDNN's (`recurrence.vendor.jax_kernels`). False: the
+            scan engine's step loop. Read per call. (`fused_kernels=`, its
+            old name, still works in `configure_loops` and warns.)
     """
 
     xla: bool = True
@@ -106,7 +108,7 @@ class LoopConfig:
     grouped_from_items: int = 256
     loop_cache_size: int = 512
     max_counted_shapes: int = 4_096
-    fused_kernels: bool = True
+    vendor_kernels: bool = True
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
@@ -120,6 +122,13 @@ class LoopConfig:
             elif not _is_count(value, _MINIMUM.get(field.name, 1)):
                 minimum = _MINIMUM.get(field.name, 1)
                 raise ValueError(f"`{field.name}` must be an integer >= {minimum}, received {value!r}.")
+
+    @property
+    def fused_kernels(self) -> bool:
+        """Deprecated name of `vendor_kernels` (warns)."""
+        warnings.warn("LoopConfig.fused_kernels is deprecated and will be removed after this release; "
+                      "use LoopConfig.vendor_kernels.", DeprecationWarning, stacklevel=2)
+        return self.vendor_kernels
 
 
 _MINIMUM = {"max_compiled_shapes": 0, "inline_step_limit": 0, "functional_step_limit": 0,
@@ -154,6 +163,7 @@ def configure_loops(**changes) -> Iterator[LoopConfig]:
         model.fit(dataset)
     ```
     """
+    changes = _with_new_names(changes)
     unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(LoopConfig)})
     if unknown:
         raise TypeError(f"`configure_loops` got unknown settings {unknown}; LoopConfig has "
@@ -163,6 +173,23 @@ def configure_loops(**changes) -> Iterator[LoopConfig]:
         yield _CONFIG.get()
     finally:
         _CONFIG.reset(token)
+
+
+# Settings renamed: each old name still works in `configure_loops` and warns.
+_RENAMED = {"fused_kernels": "vendor_kernels"}
+
+
+def _with_new_names(changes: dict) -> dict:
+    """`changes` with renamed settings under their new names, each old name
+    warning (DeprecationWarning) that it is deprecated."""
+    renamed = dict(changes)
+    for old, new in _RENAMED.items():
+        if old in renamed:
+            warnings.warn(f"configure_loops({old}=...) is deprecated and will be removed after this release; "
+                          f"use configure_loops({new}=...).", DeprecationWarning, stacklevel=4)
+            renamed.setdefault(new, renamed[old])
+            del renamed[old]
+    return renamed
 
 
 def xla_disabled():
@@ -196,16 +223,32 @@ def for_export() -> Iterator[None]:
         yield
 
 
-def fused_directions():
-    """Builds bidirectional layers with both directions in one loop even in
-    graphs, instead of one loop per direction run concurrently: slower, but
-    for a GRU a training step's peak memory is lower (for an LSTM it is
-    not; benchmarks/README.md, "Memory"), for very long sequences. This
-    context only, read when functions are traced."""
+def lockstep_directions():
+    """Builds bidirectional layers with both directions in lockstep, advancing
+    in the same iteration of one loop, even in graphs, instead of one loop
+    per direction run concurrently: slower, but for a GRU a training step's
+    peak memory is lower (for an LSTM it is not; benchmarks/README.md,
+    "Memory"), for very long sequences. This context only, read when
+    functions are traced.
+
+    Example:
+
+    ```python
+    with kb.lockstep_directions():
+        model.fit(dataset)
+    ```
+    """
     return configure_loops(concurrent_directions=False)
 
 
-def _rows_kept():
+def fused_directions():
+    """Deprecated name of `lockstep_directions` (the same context)."""
+    warnings.warn("kb.fused_directions() is deprecated and will be removed after this release; "
+                  "use kb.lockstep_directions().", DeprecationWarning, stacklevel=2)
+    return lockstep_directions()
+
+
+def rows_kept():
     """Sequence-level encoders run every row instead of leaving rows without
     a valid step out (`bucketing.valid_rows`). For `litert.export_tflite`:
     the row compaction's DynamicPartition / ScatterNd are no LiteRT builtin
@@ -214,7 +257,7 @@ def _rows_kept():
     return configure_loops(compact_rows=False)
 
 
-def _no_empty_case():
+def no_empty_case():
     """Loops traced inside have no branch for a zero-length time axis, and
     no layer puts them under a `tf.cond`, for `litert.export_tflite`: a
     branch hides the weights from the converter, which then multiplies with

@@ -222,7 +222,7 @@ def direction_norms(layer_or_model, inputs, mask=None, layer=None) -> DirectionN
     >>> bi = kb.Bidirectional(kb.GRUCell(8), return_sequences=True)
     >>> x = np.random.default_rng(0).normal(size=(2, 6, 3)).astype("float32")
     >>> mask = np.array([[True] * 6, [True] * 3 + [False] * 3])
-    >>> norms = kb.inspect.direction_norms(bi, x, mask=mask)
+    >>> norms = kb.diagnostics.direction_norms(bi, x, mask=mask)
     >>> norms.forward.shape
     (2, 6)
     >>> norms.forward[1, 3:], norms.backward[1, 3:]    # padded: norm 0

@@ -46,9 +46,14 @@ def compiled_loops(monkeypatch):
 
     # Patched where the planner reads it: the plan's other choices follow
     # from the path (time buckets, runner), as for an uncounted layer.
-    path = plan._path
+    choose = plan.choose_path
     relaxed = (plan.Path.COUNTED, plan.Path.INFERENCE)
-    monkeypatch.setattr(plan, "_path", lambda *args: plan.Path.COMPILED if path(*args) in relaxed else path(*args))
+
+    def compiled_path(*args, **kwargs):
+        path = choose(*args, **kwargs)
+        return plan.Path.COMPILED if path in relaxed else path
+
+    monkeypatch.setattr(plan, "choose_path", compiled_path)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -119,7 +119,7 @@ PADDING_PATTERNS_4x6 = {
         [[0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1]], bool
     ),
     # Steps masked in every row (a batch padded beyond its longest row, on
-    # both sides): the loops skip them (`recurrence.tensorflow.timeloop._span`).
+    # both sides): the loops skip them (`recurrence.tensorflow.timeloop.visited_span`).
     "beyond_longest": np.array(
         [[0, 1, 1, 1, 0, 0], [0, 1, 1, 0, 0, 0], [0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]], bool
     ),

@@ -6,7 +6,7 @@ runs forward and backward over time; `StepMath` is what the loop relies on,
 so the loop never probes an object for optional parts. The step maths is a
 hashable value (a `NamedTuple`): compiled loops are cached on it.
 
-`forward` is written in `keras.ops` and runs on every backend (the portable
+`forward` is written in `keras.ops` and runs on every backend (the scan
 engine, `recurrence.scan`, differentiates it by the backend's
 autodiff); `backward` and the bulk gradients are the TensorFlow engine's
 hand-written BPTT and run on TensorFlow only.
@@ -51,7 +51,7 @@ class StepMath(Protocol):
         with_saved: bool = True,
     ) -> Tuple[List[tf.Tensor], Optional[tf.Tensor]]:
         """One step: `(new_states, saved)`, `saved` `[B, saved_width(units)]`
-        for `backward` (None without `with_saved`: the portable engine,
+        for `backward` (None without `with_saved`: the scan engine,
         differentiated by autodiff, needs no saved record and computes the
         gates as written); the step's output is `new_states[0]`."""
 

@@ -14,7 +14,7 @@ Limits, and why:
 - Dynamic time axis of at least one step: resize it per call with
   `interpreter.resize_tensor_input(...)` then `allocate_tensors()` (the
   file has no SignatureDef, so no signature runner). There is no branch
-  for an empty axis (`recurrence._no_empty_case`); time 0 fails.
+  for an empty axis (`config.no_empty_case`); time 0 fails.
 - Numbers in, numbers out: LiteRT has no string ops, so a vocabulary
   lookup stays outside; integer token ids into an `Embedding` work.
 """
@@ -29,18 +29,19 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_birnn import recurrence
-from keras_birnn.export.saved_model import (
+from keras_birnn.config import for_export, lockstep_directions, no_empty_case, rows_kept
+from keras_birnn.export.signatures import (
     INPUTS_KEY,
     LENGTHS_KEY,
-    _call_with_lengths,
-    _check_sequence_spec,
-    _input_spec,
-    _named_outputs,
-    _padding_marker,
-    _probe_lengths,
-    _quiet_model_mask_warning,
+    call_with_lengths,
+    check_sequence_spec,
+    model_input_spec,
+    named_outputs,
+    padding_marker,
+    probe_lengths,
+    quiet_model_mask_warning,
 )
+from keras_birnn.tf_internal import flatten_layers
 
 _OFF_SWITCH = "lengths=False"
 
@@ -88,8 +89,8 @@ def export_tflite(
         y = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
 
     The graph is traced with the loops as plain TensorFlow (no XLA, no time
-    buckets: `recurrence.xla_disabled()`) and, for sequence-level encoders,
-    without leaving out rows that have no valid step (`recurrence._rows_kept`):
+    buckets: `kb.for_export()`) and, for sequence-level encoders,
+    without leaving out rows that have no valid step (`config.rows_kept`):
     the ops that row compaction needs are no LiteRT builtins.
 
     Args:
@@ -176,23 +177,23 @@ def _input_count(model, input_spec) -> int:
 
 def _one_input_function(model, batch_size: int, lengths: bool, input_spec):
     """`inputs` (and `lengths`) -> the flat outputs, traced for LiteRT."""
-    spec = _input_spec(model, input_spec)
+    spec = model_input_spec(model, input_spec)
     if lengths:
-        _check_sequence_spec(spec, _OFF_SWITCH)
+        check_sequence_spec(spec, _OFF_SWITCH)
     inputs_spec = tf.TensorSpec([batch_size, None] + spec.shape.as_list()[2:], spec.dtype, name=INPUTS_KEY)
     with _tracing_for_litert(model):
         if not lengths:
             return tf.function(lambda x: _flat(model(x, training=False))).get_concrete_function(inputs_spec)
-        marker = _padding_marker(model, _OFF_SWITCH)
+        marker = padding_marker(model, _OFF_SWITCH)
 
         def padded(inputs, lengths):
-            return _call_with_lengths(model, inputs, lengths, marker)
+            return call_with_lengths(model, inputs, lengths, marker)
 
-        _probe_lengths(
+        probe_lengths(
             model,
             spec,
-            lambda x, n: _named_outputs(padded(x, n)),
-            lambda x: _named_outputs(model(x, training=False)),
+            lambda x, n: named_outputs(padded(x, n)),
+            lambda x: named_outputs(model(x, training=False)),
             _OFF_SWITCH,
         )
         lengths_spec = tf.TensorSpec([batch_size], tf.int32, name=LENGTHS_KEY)
@@ -227,15 +228,16 @@ def _input_name(tensor, position: int) -> str:
 def _tracing_for_litert(model):
     """Plain `While` loops without time buckets, no row compaction (its
     `DynamicPartition` is no builtin), the forward pass alone, no branch
-    for an empty time axis (see `recurrence._no_empty_case`), and both
-    directions in one loop: the interpreter runs one op at a time, so a
-    loop per direction would only pay the per-step overhead twice."""
+    for an empty time axis (see `config.no_empty_case`), and both
+    directions in lockstep in one loop: the interpreter runs one op at a
+    time, so a loop per direction would only pay the per-step overhead
+    twice."""
     with (
-        _quiet_model_mask_warning(model),
-        recurrence.for_export(),
-        recurrence.fused_directions(),
-        recurrence._rows_kept(),
-        recurrence._no_empty_case(),
+        quiet_model_mask_warning(model),
+        for_export(),
+        lockstep_directions(),
+        rows_kept(),
+        no_empty_case(),
     ):
         yield
 
@@ -293,7 +295,7 @@ def _conversion_errors(error: Exception, model, concrete) -> str:
                 found.append(message)
     if not found:
         return str(error)
-    layers = [layer.name for layer in model._flatten_layers(include_self=False)]
+    layers = [layer.name for layer in flatten_layers(model)]
     places = _op_places(concrete, {op for m in found for op in _OP.findall(m)})
     named = []
     for message in found[:8]:

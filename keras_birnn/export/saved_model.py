@@ -8,24 +8,31 @@ The reloaded graph needs neither Keras nor keras_birnn: plain
 """
 
 import os
-import re
 import shutil
 import tempfile
-import warnings
-from typing import Dict, Optional, Set
+from typing import Optional, Set
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_birnn import recurrence
-from keras_birnn.tf_internal import inbound_nodes, is_registered_op
+from keras_birnn.export.signatures import (
+    INPUTS_KEY,
+    LENGTHS_KEY,
+    OUTPUTS_KEY,  # noqa: F401  (re-exported: the signature keys are this module's API too)
+    call_with_lengths,
+    check_sequence_spec,
+    model_input_spec,
+    named_outputs,
+    padding_marker,
+    probe_lengths,
+    quiet_model_mask_warning,
+)
+from keras_birnn.tf_internal import is_registered_op
 
 SIGNATURE_DEFAULT = "serving_default"
 SIGNATURE_UNPADDED = "serving_unpadded"
-INPUTS_KEY = "inputs"
-LENGTHS_KEY = "lengths"
-OUTPUTS_KEY = "outputs"
 
 # Python callbacks cannot be served; cuDNN kernels exist only on GPUs, so a
 # graph that holds them (a Keras LSTM traced on a GPU) cannot serve on CPU.
@@ -47,10 +54,6 @@ FORBIDDEN_OPS = frozenset(
         "CudnnRNNParamsToCanonicalV2",
     }
 )
-
-_PROBE_TIME = 5
-_PROBE_LENGTHS = (_PROBE_TIME, 3)
-
 
 def export_saved_model(
     model: keras.Model,
@@ -132,9 +135,9 @@ def export_saved_model(
             does not reach the recurrence, or the graph holds forbidden ops.
         FileExistsError: the version folder exists and `overwrite` is False.
     """
-    spec = _input_spec(model, input_spec)
+    spec = model_input_spec(model, input_spec)
     if lengths_input:
-        _check_sequence_spec(spec)
+        check_sequence_spec(spec)
     version = next_version(export_dir) if version is None else _check_version(version)
     target = os.path.join(os.fspath(export_dir), str(version))
     if os.path.exists(target) and not overwrite:
@@ -147,16 +150,16 @@ def export_saved_model(
     archive.track(model)
     inputs_spec = tf.TensorSpec(spec.shape, spec.dtype, name=INPUTS_KEY)
     # The loops trace as plain TF graphs, not XLA clusters: serving needs no JIT.
-    with _quiet_model_mask_warning(model), recurrence.for_export():
+    with quiet_model_mask_warning(model), recurrence.for_export():
         if lengths_input:
-            marker = _padding_marker(model)
+            marker = padding_marker(model)
             lengths_spec = tf.TensorSpec([None], tf.int32, name=LENGTHS_KEY)
 
             def serve_padded(inputs, lengths):
-                return _named_outputs(_call_with_lengths(model, inputs, lengths, marker))
+                return named_outputs(call_with_lengths(model, inputs, lengths, marker))
 
             def serve_unpadded(inputs):
-                return _named_outputs(model(inputs, training=False))
+                return named_outputs(model(inputs, training=False))
 
             padded = archive.add_endpoint(
                 SIGNATURE_DEFAULT, serve_padded, input_signature=[inputs_spec, lengths_spec]
@@ -164,11 +167,11 @@ def export_saved_model(
             unpadded = archive.add_endpoint(
                 SIGNATURE_UNPADDED, serve_unpadded, input_signature=[inputs_spec]
             )
-            _probe_lengths(model, spec, padded, unpadded)
+            probe_lengths(model, spec, padded, unpadded)
         else:
 
             def serve(inputs):
-                return _named_outputs(model(inputs, training=False))
+                return named_outputs(model(inputs, training=False))
 
             archive.add_endpoint(SIGNATURE_DEFAULT, serve, input_signature=[inputs_spec])
 
@@ -273,160 +276,7 @@ def check_graph_ops(saved_model_dir) -> Set[str]:
 # --- pieces ------------------------------------------------------------------
 
 
-def _input_spec(model, input_spec) -> tf.TensorSpec:
-    if input_spec is not None:
-        shape, dtype = tf.TensorShape(input_spec.shape), tf.as_dtype(input_spec.dtype)
-    else:
-        try:
-            inputs = model.inputs
-        except (AttributeError, ValueError):
-            inputs = None
-        if not inputs:
-            raise ValueError(
-                "The model does not know its input (no `keras.Input`); pass `input_spec`, e.g. "
-                "tf.TensorSpec([None, None, 16], tf.float32)."
-            )
-        if len(inputs) != 1:
-            raise ValueError(
-                f"export_saved_model handles models with one input, this one has {len(inputs)}. "
-                "Use keras.export.ExportArchive directly for several inputs."
-            )
-        shape, dtype = tf.TensorShape(inputs[0].shape), tf.as_dtype(inputs[0].dtype)
-    if shape.rank is None or shape.rank < 2:
-        raise ValueError(f"The input must have batch and time axes, received shape {shape}.")
-    return tf.TensorSpec([None, None] + shape.as_list()[2:], dtype)
-
-
-def _check_sequence_spec(spec: tf.TensorSpec, off_switch: str = "lengths_input=False") -> None:
-    rank, dtype = spec.shape.rank, spec.dtype
-    if (dtype.is_floating and rank == 3) or (dtype.is_integer and rank == 2):
-        return
-    raise ValueError(
-        "`lengths` needs a float [batch, time, features] or integer [batch, time] input, "
-        f"the model's input is {dtype.name} of rank {rank}. Pass {off_switch}."
-    )
-
-
 def _check_version(version) -> int:
     if isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 1:
         raise ValueError(f"`version` must be a positive integer, received {version!r}.")
     return int(version)
-
-
-def _direct_consumers(model):
-    """The layers that read the model's input tensor."""
-    try:
-        source = model.inputs[0]
-    except (AttributeError, ValueError, IndexError, TypeError):
-        return []
-    consumers = []
-    for layer in model.layers:
-        for node in inbound_nodes(layer):
-            if any(t is source for t in keras.tree.flatten(node.input_tensors)):
-                consumers.append(layer)
-                break
-    return consumers
-
-
-def _padding_marker(model, off_switch: str = "lengths_input=False"):
-    """The value the model's first layers read as padding, or None.
-
-    None means: pass the mask through Keras mask propagation instead.
-    """
-    markers = []
-    for layer in _direct_consumers(model):
-        if isinstance(layer, keras.layers.Embedding) and layer.mask_zero:
-            markers.append(0)
-        elif isinstance(layer, keras.layers.Masking):
-            markers.append(float(np.asarray(layer.mask_value)))
-        else:
-            markers.append(None)
-    if not markers or all(m is None for m in markers):
-        return None
-    if any(m is None for m in markers) or len(set(markers)) != 1:
-        raise ValueError(
-            "The model's input feeds both layers that mask by value (Embedding(mask_zero=True) "
-            "/ Masking) and other layers, or maskers with different padding values; "
-            f"`lengths` cannot be applied consistently. Pass {off_switch}."
-        )
-    return markers[0]
-
-
-def _call_with_lengths(model, inputs, lengths, marker):
-    # One length per row: a `lengths` of size 1 would otherwise broadcast
-    # over the batch (silently, for models that mask by value).
-    check = tf.debugging.assert_equal(
-        tf.shape(lengths)[0],
-        tf.shape(inputs)[0],
-        message="`lengths` must have one entry per row of `inputs` (size of lengths, batch of inputs):",
-    )
-    with tf.control_dependencies([check]):
-        mask = tf.sequence_mask(lengths, tf.shape(inputs)[1])
-    if marker is not None:
-        fill = tf.cast(marker, inputs.dtype)
-        where = mask if inputs.shape.rank == 2 else tf.expand_dims(mask, -1)
-        inputs = tf.where(where, inputs, fill)
-    return model(inputs, mask=mask, training=False)
-
-
-def _named_outputs(outputs) -> Dict[str, tf.Tensor]:
-    if isinstance(outputs, dict):
-        return {str(k): v for k, v in outputs.items()}
-    flat = keras.tree.flatten(outputs)
-    if len(flat) == 1:
-        return {OUTPUTS_KEY: flat[0]}
-    return {f"{OUTPUTS_KEY}_{i}": y for i, y in enumerate(flat)}
-
-
-def _probe_inputs(model, spec: tf.TensorSpec) -> np.ndarray:
-    rng = np.random.default_rng(0)
-    shape = (len(_PROBE_LENGTHS), _PROBE_TIME) + tuple(spec.shape.as_list()[2:])
-    if spec.dtype.is_floating:
-        return rng.normal(size=shape).astype(spec.dtype.as_numpy_dtype)
-    vocab = [
-        layer.input_dim
-        for layer in _direct_consumers(model)
-        if isinstance(layer, keras.layers.Embedding)
-    ]
-    high = min(vocab) if vocab else 3
-    return rng.integers(1, max(high, 2), size=shape).astype(spec.dtype.as_numpy_dtype)
-
-
-def _probe_lengths(model, spec, padded_fn, unpadded_fn, off_switch: str = "lengths_input=False") -> None:
-    """A right-padded row must give what the same row gives unpadded."""
-    x = _probe_inputs(model, spec)
-    lengths = np.asarray(_PROBE_LENGTHS, np.int32)
-    padded = padded_fn(tf.constant(x), tf.constant(lengths))
-    for row, length in enumerate(lengths):
-        alone = unpadded_fn(tf.constant(x[row : row + 1, :length]))
-        for key, expected in alone.items():
-            got = np.asarray(padded[key])[row : row + 1]
-            expected = np.asarray(expected)
-            if got.ndim >= 2 and expected.ndim >= 2 and got.shape[1] == _PROBE_TIME and expected.shape[1] == length:
-                got = got[:, :length]
-            if got.shape != expected.shape or not np.allclose(got, expected, atol=1e-5, rtol=1e-5):
-                raise ValueError(
-                    f"The `lengths` input does not reach this model's recurrence: output "
-                    f"{key!r} of a row padded to {_PROBE_TIME} steps with length {length} differs "
-                    "from the same row unpadded. A layer between the input and the recurrent "
-                    "layers drops Keras masks (e.g. Conv1D, Lambda, or Embedding without "
-                    f"mask_zero). Make the mask reach the recurrence, or pass {off_switch}."
-                )
-
-
-class _quiet_model_mask_warning(warnings.catch_warnings):
-    """Hides Keras's note that the outer model itself does not keep a mask.
-
-    Passing `mask=` to a functional model warns that the *model's output*
-    carries no mask, which is irrelevant here; the warnings of inner layers
-    that drop a mask stay visible (and the probe catches their effect).
-    """
-
-    def __init__(self, model):
-        super().__init__()
-        self._pattern = rf"Layer '{re.escape(model.name)}' \(of type \w+\) was passed an input with a mask"
-
-    def __enter__(self):
-        result = super().__enter__()
-        warnings.filterwarnings("ignore", message=self._pattern)
-        return result

@@ -24,7 +24,7 @@ class LoopReporting:
         Returns:
             A dict with `"plans"`: each plan that ran (`recurrence.tensorflow.plan.LoopPlan`:
             path, loop form, runner, caller, rows, time padding, empty case,
-            fusion, memory) with its `calls`, counted each time a graph was
+            lockstep, memory) with its `calls`, counted each time a graph was
             traced or an eager call made; `"traced"`: the same counts per path (`"counted"`: chosen per
             call at run time; `"inference"`: plain loops, uncounted, for
             inference traced for any length; `"compiled"`: XLA for a static shape or an

@@ -1,70 +1,43 @@
 """The loop: runs cells' step maths over time, one or several directions at once.
 
-Two engines: on TensorFlow, the TensorFlow engine described below; on JAX
-and PyTorch, the portable one (`portable`). `engine.run` picks.
+The only package that iterates over time. It knows nothing of Keras
+layers: a direction is a cell's pure step maths, its weights as tensors,
+its per-step inputs and its initial states.
 
-The only package that iterates over time. It knows nothing of Keras layers:
-a direction is a cell's pure step maths, its weights as tensors, its
-per-step inputs and its initial states.
+Modules:
 
-How directions run: inside a graph (`tf.function`, `model.fit`), each
-direction is its own compiled loop, and TensorFlow's executor runs the two
-loops of a bidirectional layer at the same time, neither waiting for the
-other. Eagerly, and inside an XLA-compiled function (where XLA would run two
-loops one after the other), all directions advance in the same loop
-iteration and pay the per-step overhead once. `fused_directions()` asks for
-the fused loop in graphs too: slower, but a GRU's training step then peaks
-lower in memory.
-
-XLA compiles a program per input shape, so in a graph traced with an
-unknown sequence length the loops run on inputs padded to a few bucket
-lengths (`bucketing`), the padding masked and skipped; a layer's loops run
-XLA-compiled only for the shapes it meets often, and as plain TensorFlow
-otherwise (`compile_policy`, the "counted" path of `plan.plan`;
-inference traced for any length runs plain, the "inference" path);
-sequence-level encoders leave rows without a valid step out
-(`bucketing.valid_rows`).
-
-Training uses `run(..., bptt=True)`: the gradient is the hand-written BPTT
-of the BRNN text (BRNN, BPTT and boundary states) instead of autodiff
-through `tf.while_loop`; under a `tf.autodiff.ForwardAccumulator` the plain
-loop runs instead, as TensorFlow carries no tangent through a custom
-gradient. benchmarks/README.md holds the measurements behind these choices.
-
-Modules, one concept each (imports go down this list only):
-
-- `direction`: `Direction` and `DirectionResult`, what every engine runs;
-- `engine`: `run`, which picks the engine for the Keras backend;
-- `portable`: the portable engine, a masked `keras.ops.scan` for JAX and
-  PyTorch (and any backend);
-- `plan`: `plan`, the one place that decides how a call's loops are built
-  (from the context, the tapes and `keras_birnn.config`), as a `LoopPlan`;
+- `direction`: the engines' contract: `Direction` and `DirectionResult`,
+  a `Call` (the directions of one call and how to run them), the `Engine`
+  and `Plan` protocols every engine and its plans implement;
+- `engine`: `run`, the one place that picks an engine for a call, per
+  backend (`engine.ENGINES`), recording why a vendor engine did not run it;
+- `scan`: the scan engine, a masked `keras.ops.scan` for every backend
+  (what JAX and PyTorch run where no vendor engine does);
+- `vendor/`: engines on kernels a backend ships: `torch_kernels`
+  (PyTorch's GRU/LSTM/RNN kernels), `jax_kernels` (cuDNN's LSTM on a GPU),
+  and what they share, written once: `common` (eligibility, the run
+  around one kernel call) and `packing` (a masked batch packed for a
+  kernel that runs each row over its length);
+- `tensorflow/`: the TensorFlow engine: the loop plan (`plan`), compiled
+  loops (`compiled`), time buckets (`bucketing`), the hand-written BPTT
+  (`gradients`), run by `dispatch.run`; imported on TensorFlow only;
 - `cache`: the one bounded, thread-safe cache of loop functions and runners;
-- `layout`: `Direction`, and the flat-list layout of directions, outputs,
-  kept memory and gradients, with the loop key (`LoopKey`);
-- `timeloop`: the positions a loop visits, per-step reads, the `tf.while_loop`;
-- `loops`: the forward and backward (BPTT) loops;
-- `gradients`: the bulk gradients summed over time, and the BPTT's gradient;
-- `compiled`: the loops as cached plain or XLA-compiled functions;
-- `dispatch`: `run`, which executes a call's plan, and the custom gradient.
+- `compile_policy`: which loop shapes a layer runs XLA-compiled, and the
+  plans each layer records for `loop_report()`.
 
-The names below are re-exported for callers outside the package, which
-read them here (so patching `recurrence.run` or `recurrence._rows_kept`
-reaches them). Code inside the package reads its submodules' names: a test
-that patches a function the package calls patches it where it is read
-(`recurrence.tensorflow.dispatch.plan`, for instance).
+Settings (`kb.configure_loops`, `kb.xla_disabled`, ...) live in
+`keras_birnn.config`; the shorthands re-exported here are the same
+functions.
 """
 
 from keras_birnn import backend
-from keras_birnn.config import _no_empty_case, _rows_kept, for_export, fused_directions, xla_disabled
+from keras_birnn.config import for_export, lockstep_directions, xla_disabled
 from keras_birnn.recurrence.cache import clear_loop_cache, loop_cache_info
 from keras_birnn.recurrence.direction import Direction, DirectionResult
 from keras_birnn.recurrence.engine import run
 
-if backend.IS_TENSORFLOW:  # the TensorFlow engine's names
-    from keras_birnn.recurrence.tensorflow import dispatch  # noqa: F401  (read as recurrence.tensorflow.dispatch)
-    from keras_birnn.recurrence.tensorflow.compiled import _by_batch_size
-    from keras_birnn.recurrence.tensorflow.plan import LoopPlan
+if backend.IS_TENSORFLOW:  # loads the TensorFlow engine's modules, read as `recurrence.tensorflow.<module>`
+    from keras_birnn.recurrence.tensorflow import dispatch  # noqa: F401
 
-__all__ = ["Direction", "DirectionResult", "clear_loop_cache", "for_export", "fused_directions",
+__all__ = ["Direction", "DirectionResult", "clear_loop_cache", "for_export", "lockstep_directions",
            "loop_cache_info", "run", "xla_disabled"]

@@ -55,7 +55,7 @@ from typing import Dict, List, Optional, Union
 from keras_birnn import backend
 from keras_birnn.config import LoopConfig, configure_loops, loop_config
 
-if backend.IS_TENSORFLOW:  # the counts live in a TensorFlow table (the portable engine only notes plans)
+if backend.IS_TENSORFLOW:  # the counts live in a TensorFlow table (the scan engine only notes plans)
     import tensorflow as tf
 
 _FLAG = 1 << 62  # marks a shape's "compiled" entry
@@ -148,7 +148,7 @@ class ShapeCounter:
                     self._table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.int64, default_value=0)
         return self._table
 
-    def decide(self, batch: tf.Tensor, steps: tf.Tensor, training: bool, config: LoopConfig) -> tf.Tensor:
+    def decide(self, batch: tf.Tensor, steps: tf.Tensor, *, training: bool, config: LoopConfig) -> tf.Tensor:
         """Counts one call at this shape; True where it runs compiled. A
         shape first met once `max_counted_shapes` are counted is not
         counted (its entries go to spare keys) and runs plain."""

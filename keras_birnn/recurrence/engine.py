@@ -1,20 +1,102 @@
-"""`run`: the one place that picks the engine for the backend.
+"""`run`: the one place that picks the engine for a call.
 
-TensorFlow runs the TensorFlow engine (`dispatch.run`: the loop plan,
-compiled loops, time buckets, the hand-written BPTT, exports). JAX and
-PyTorch run eligible loops on their fused engine (`fused_torch.run`: PyTorch's
-own kernels on packed sequences; `fused_jax.run`: cuDNN's LSTM on a GPU)
-and the rest on the portable engine (`portable.run`: a masked
-`keras.ops.scan` differentiated by the backend's autodiff), which records
-why the fused one was not taken. All give the same numbers (the NumPy
-oracle tests run on every backend).
+Each backend has its engines in order of preference (`ENGINES`): on
+TensorFlow, the TensorFlow engine (`recurrence.tensorflow`: the loop plan,
+compiled loops, time buckets, the hand-written BPTT, exports), which runs
+every call; on PyTorch and JAX, the backend's vendor engine
+(`vendor.torch_kernels`: PyTorch's own kernels on packed sequences;
+`vendor.jax_kernels`: cuDNN's LSTM on a GPU) for the calls it can run, and
+the scan engine (`recurrence.scan`: a masked `keras.ops.scan`
+differentiated by the backend's autodiff) for the rest; on any other
+backend, the scan engine. The first engine whose `reason_not_eligible` is
+None runs the call; the reasons of those passed over go into the plan it
+records (`loop_report()["plans"]`, "why not vendor"). All give the same
+numbers (the NumPy oracle tests run on every backend).
+
+A backend's engines are imported when first asked, and a vendor engine
+only once the checks every vendor engine makes pass
+(`vendor.common.reason_not_eligible`), so with `vendor_kernels` off, or on
+another backend, no vendor module (nor what it imports, such as
+`jax.experimental.rnn`) is imported.
 """
 
-from typing import List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from keras_birnn import backend
-from keras_birnn.config import loop_config
-from keras_birnn.recurrence.direction import Direction, DirectionResult
+from keras_birnn.recurrence import scan
+from keras_birnn.recurrence.direction import Call, Direction, DirectionResult, Engine
+from keras_birnn.recurrence.vendor import common as vendor_common
+
+
+class TensorFlowEngine:
+    """The TensorFlow engine (`recurrence.tensorflow.dispatch.run`) behind
+    the engines' contract: it runs every call, and plans and records each
+    of its loops itself (`recurrence.tensorflow.plan.LoopPlan`)."""
+
+    name = "tensorflow"
+
+    def reason_not_eligible(self, call: Call) -> Optional[str]:
+        return None
+
+    def run(self, call: Call, passed_over: str = "") -> List[DirectionResult]:
+        from keras_birnn.recurrence.tensorflow import dispatch
+
+        return dispatch.run(call.directions, call.mask, call.return_sequences, bptt=call.bptt, counter=call.counter)
+
+
+class LazyVendorEngine:
+    """A backend's vendor engine, imported only for a call that passes the
+    checks every vendor engine makes."""
+
+    name = "vendor"
+
+    def __init__(self, load: Callable[[], vendor_common.VendorEngine]):
+        self._load = load
+
+    def reason_not_eligible(self, call: Call) -> Optional[str]:
+        return vendor_common.reason_not_eligible(call) or self._load().kernel_reason(call)
+
+    def run(self, call: Call, passed_over: str = "") -> List[DirectionResult]:
+        return self._load().run(call, passed_over)
+
+
+def _torch_kernels() -> vendor_common.VendorEngine:
+    from keras_birnn.recurrence.vendor import torch_kernels
+
+    return torch_kernels.ENGINE
+
+
+def _jax_kernels() -> vendor_common.VendorEngine:
+    from keras_birnn.recurrence.vendor import jax_kernels
+
+    return jax_kernels.ENGINE
+
+
+# Each backend's engines, in order of preference; the last runs every call.
+ENGINES: Dict[str, Tuple[Engine, ...]] = {
+    "tensorflow": (TensorFlowEngine(),),
+    "torch": (LazyVendorEngine(_torch_kernels), scan.ENGINE),
+    "jax": (LazyVendorEngine(_jax_kernels), scan.ENGINE),
+}
+
+
+def engines_for(backend_name: str) -> Tuple[Engine, ...]:
+    """The engines a backend tries, in order (any backend not in `ENGINES`:
+    the scan engine alone)."""
+    return ENGINES.get(backend_name, (scan.ENGINE,))
+
+
+def select(call: Call, backend_name: Optional[str] = None) -> Tuple[Engine, str]:
+    """The engine that runs `call` on the backend (default: Keras's), and
+    why the engines tried before it did not ("; "-joined, "" if none were)."""
+    name = backend.NAME if backend_name is None else backend_name
+    passed_over = [] if name in ENGINES else [f"no vendor engine on the {name} backend"]
+    for engine in engines_for(name):
+        why = engine.reason_not_eligible(call)
+        if why is None:
+            return engine, "; ".join(passed_over)
+        passed_over.append(why)
+    raise RuntimeError(f"No engine runs this call on {name}: {'; '.join(passed_over)}")
 
 
 def run(
@@ -24,50 +106,17 @@ def run(
     bptt: bool = False,
     counter=None,
 ) -> List[DirectionResult]:
-    """Runs every direction over the whole sequence.
+    """Runs every direction over the whole sequence, on the engine `select` picks.
 
     Args:
-        directions: The recurrences; all share batch and time sizes.
-        mask: Optional bool `[batch, time]`.
-        return_sequences: Collect per-step outputs (else only final states).
-        bptt: (TensorFlow) keep what the hand-written BPTT needs during
-            the forward loop (training).
-        counter: The calling layer's `compile_policy.ShapeCounter`.
+        directions, mask, return_sequences, bptt: The call, as the
+            attributes of `direction.Call`.
+        counter: The calling layer's `compile_policy.ShapeCounter`, which
+            records each call's plan for `loop_report()`.
+
+    Returns:
+        One `DirectionResult` per direction.
     """
-    if backend.IS_TENSORFLOW:
-        from keras_birnn.recurrence.tensorflow import dispatch
-
-        return dispatch.run(directions, mask, return_sequences, bptt=bptt, counter=counter)
-    from keras_birnn.recurrence import scan as portable
-
-    fused = _fused_engine()
-    not_fused = _reason_not_fused(directions) or fused.reason_not_fused(directions, mask)
-    if not not_fused:
-        if counter is not None:
-            counter.note_plan(fused.plan(directions, mask))
-        return fused.run(directions, mask, return_sequences)
-    return portable.run(directions, mask, return_sequences, counter=counter, not_fused=not_fused)
-
-
-def _reason_not_fused(directions: Sequence[Direction]) -> str:
-    """What keeps any fused engine off ("" if nothing): the setting, an
-    empty batch or time axis (nothing to pack), recurrent dropout (a fused
-    kernel has no per-step state mask)."""
-    if not loop_config().fused_kernels:
-        return "LoopConfig.fused_kernels is off"
-    if 0 in tuple(directions[0].inputs.shape[:2]):
-        return "an empty batch or time axis (nothing to pack)"
-    if any(d.state_mask is not None for d in directions):
-        return "recurrent dropout in effect"
-    return ""
-
-
-def _fused_engine():
-    """The backend's fused engine: PyTorch's kernels, or cuDNN's LSTM on JAX."""
-    if backend.NAME == "torch":
-        from keras_birnn.recurrence.vendor import torch_kernels as fused_torch
-
-        return fused_torch
-    from keras_birnn.recurrence.vendor import jax_kernels as fused_jax
-
-    return fused_jax
+    call = Call(directions, mask, return_sequences, bptt, counter)
+    engine, passed_over = select(call)
+    return engine.run(call, passed_over)

@@ -1,7 +1,8 @@
-"""The portable engine: a masked scan in `keras.ops`, for every backend.
+"""The scan engine: a masked scan in `keras.ops`, for every backend.
 
-JAX and PyTorch run the layers' loops here (TensorFlow runs its own
-engine, `recurrence.tensorflow.dispatch`). A reversed direction reads its inputs
+JAX and PyTorch run here the loops no vendor engine takes, and every
+other backend runs all of them (TensorFlow runs its own engine,
+`recurrence.tensorflow`). A reversed direction reads its inputs
 flipped in time, so its step `k` reads position `T - 1 - k`. A masked step
 is absent: the step's new states are dropped (`where`, so nothing computed
 on a padded slot reaches a state or a gradient) and its output is zero.
@@ -27,28 +28,43 @@ layers"):
   scan advancing both.
 """
 
-from typing import List, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence
 
 import keras
 from keras import ops
 
 from keras_birnn import backend
-from keras_birnn.recurrence.direction import Direction, DirectionResult
+from keras_birnn.recurrence.direction import Call, Direction, DirectionResult
 
 # Whether the input projection is hoisted out of the loop (see above).
 HOISTED: bool = backend.NAME != "jax"
 
 
-class PortablePlan:
+class ScanPlan(NamedTuple):
     """What `loop_report()["plans"]` records for a call on this engine,
-    with why the fused engine did not run it."""
+    with why no vendor engine ran it ("" where none was tried)."""
 
-    def __init__(self, not_fused: str = ""):
-        self.not_fused = not_fused
+    why_not_vendor: str = ""
 
     def describe(self) -> dict:
         form = "hoisted loop" if HOISTED else "scan per direction"
-        return {"path": "portable", "form": form, "not fused": self.not_fused}
+        return {"path": "scan", "form": form, "why not vendor": self.why_not_vendor}
+
+
+class ScanEngine:
+    """The scan engine behind the engines' contract (`direction.Engine`):
+    it runs every call."""
+
+    name = "scan"
+
+    def reason_not_eligible(self, call: Call) -> Optional[str]:
+        return None
+
+    def run(self, call: Call, passed_over: str = "") -> List[DirectionResult]:
+        """Runs `call`, recording `ScanPlan(passed_over)` (see the module's doc)."""
+        if call.counter is not None:
+            call.counter.note_plan(ScanPlan(passed_over))
+        return run(call.directions, call.mask, call.return_sequences)
 
 
 def _time_major(x, reverse: bool):
@@ -123,20 +139,17 @@ def _loops(directions: Sequence[Direction], mask, initial, return_sequences: boo
     return final, outputs
 
 
-def run(directions: Sequence[Direction], mask=None, return_sequences: bool = True,
-        counter=None, not_fused: str = "") -> List[DirectionResult]:
+def run(directions: Sequence[Direction], mask=None, return_sequences: bool = True) -> List[DirectionResult]:
     """Runs every direction over the whole sequence (see the module's doc).
 
     Args:
         directions: The recurrences; all share batch and time sizes.
         mask: Optional bool `[batch, time]`.
         return_sequences: Collect per-step outputs (else only final states).
-        counter: The calling layer's `compile_policy.ShapeCounter`, which
-            records the plan for `loop_report()`.
-        not_fused: Why the fused engine did not run these (recorded).
+
+    Returns:
+        One `DirectionResult` per direction.
     """
-    if counter is not None:
-        counter.note_plan(PortablePlan(not_fused))
     initial = [list(d.initial_states) for d in directions]
     if directions[0].inputs.shape[1] == 0:
         return _no_steps(directions, initial, return_sequences)
@@ -158,3 +171,6 @@ def _no_steps(directions: Sequence[Direction], initial, return_sequences: bool) 
             outputs = ops.zeros(tuple(d.inputs.shape[:2]) + (states[0].shape[-1],), d.inputs.dtype)
         results.append(DirectionResult(outputs, states))
     return results
+
+
+ENGINE = ScanEngine()

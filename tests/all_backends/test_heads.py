@@ -435,7 +435,7 @@ def test_stack_in_a_model_fits_and_round_trips(tmp_path):
     assert trainer.evaluate(x, y, verbose=0) < before
 
 
-# --- kb.inspect ------------------------------------------------------------------------------------
+# --- kb.diagnostics ------------------------------------------------------------------------------------
 
 
 def test_direction_norms_and_contributions_match_oracle():
@@ -446,17 +446,17 @@ def test_direction_norms_and_contributions_match_oracle():
     x = padded_inputs(seed=12)
     out_f, _ = ref.run_direction("gru", oracle.fw, x, MASK_5x6)
     out_b, _ = ref.run_direction("gru", oracle.bw, x, MASK_5x6, reverse=True)
-    norms = kb.inspect.direction_norms(bi, x, mask=MASK_5x6)
+    norms = kb.diagnostics.direction_norms(bi, x, mask=MASK_5x6)
     valid = MASK_5x6
     assert_all_close([norms.forward, norms.backward], [np.where(valid, np.linalg.norm(o, axis=-1), 0.0)
                                                        for o in (out_f, out_b)], atol=2e-6)
     np.testing.assert_array_equal(norms.mask, MASK_5x6)
-    parts = kb.inspect.direction_contributions(bi, x, mask=MASK_5x6)
+    parts = kb.diagnostics.direction_contributions(bi, x, mask=MASK_5x6)
     projection = oracle.projection
     assert_all_close([parts.forward, parts.backward, parts.bias],
                      [np.where(valid[..., None], out_f @ projection["V_f"], 0.0),
                       np.where(valid[..., None], out_b @ projection["V_b"], 0.0), projection["c"]], atol=2e-6)
     inputs = keras.Input((None, F))
     model = keras.Model(inputs, bi(keras.layers.Masking(0.0)(inputs)))
-    from_model = kb.inspect.direction_norms(model, x)
+    from_model = kb.diagnostics.direction_norms(model, x)
     assert_all_close(list(from_model), list(norms), atol=0)

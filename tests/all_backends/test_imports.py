@@ -45,7 +45,7 @@ model = keras.Model(ids, [tags, attention, mean, maximum])
 tokens = np.array([[3, 4, 5, 0], [6, 7, 0, 0]], "int32")
 outputs = model.predict(tokens, verbose=0)
 assert [o.shape for o in outputs] == [(2, 4), (2, 8), (2, 8), (2, 8)], [o.shape for o in outputs]
-norms = kb.inspect.direction_norms(model, tokens, layer=bilstm)
+norms = kb.diagnostics.direction_norms(model, tokens, layer=bilstm)
 assert norms.forward.shape == (2, 4) and np.all(norms.forward[1, 2:] == 0), norms.forward
 try:
     kb.export_saved_model(model, "unused")

@@ -1,14 +1,14 @@
-"""The fused engines: PyTorch's own GRU/LSTM/RNN kernels on packed
+"""The vendor engines: PyTorch's own GRU/LSTM/RNN kernels on packed
 sequences (`keras_birnn/recurrence/vendor/torch_kernels.py`) and cuDNN's LSTM on
-JAX (`fused_jax.py`).
+JAX (`vendor/jax_kernels.py`).
 
-On PyTorch, against the NumPy oracle and against the portable engine (the
-same layer with `kb.configure_loops(fused_kernels=False)`), forward and
+On PyTorch, against the NumPy oracle and against the scan engine (the
+same layer with `kb.configure_loops(vendor_kernels=False)`), forward and
 gradients, on every mask pattern, for the bidirectional pair (one
 bidirectional kernel call) and for single directions (`kb.Recurrent`, and
 a `kb.Bidirectional` whose directions read different inputs under input
 dropout); which loops it takes and why the others are left to the
-portable engine.
+scan engine.
 
 On JAX the cuDNN call needs a GPU. On a CPU these tests stand JAX's own
 reference LSTM (`jax.experimental.rnn.lstm_ref`, which reads the flat
@@ -29,12 +29,12 @@ from birnn_cases import CELLS, B, F, T, U, make_case
 from helpers import MASK_4x6, PADDING_PATTERNS_4x6, assert_all_close
 from backend_harness import BACKEND, to_numpy, traced, value_and_gradients
 
-torch_only = pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's fused engine")
-jax_only = pytest.mark.skipif(BACKEND != "jax", reason="JAX's fused engine")
+torch_only = pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's vendor engine")
+jax_only = pytest.mark.skipif(BACKEND != "jax", reason="JAX's vendor engine")
 
 MASKS = dict(PADDING_PATTERNS_4x6, unmasked=None, mixed=MASK_4x6)
 KERNELS = {"gru_reset_after": "gru", "lstm": "lstm", "simple_tanh": "rnn_tanh", "simple_relu": "rnn_relu"}
-FUSED_CELLS = list(KERNELS)
+VENDOR_CELLS = list(KERNELS)
 
 
 def _paths(layer) -> list:
@@ -43,16 +43,16 @@ def _paths(layer) -> list:
 
 def _gradients_on_both_engines(case, mask):
     """The gradients (inputs, then every weight) of sum(sequence outputs * w)
-    on the fused engine, then on the portable one."""
+    on the vendor engine, then on the scan one."""
     weights = keras.ops.convert_to_tensor(np.asarray(case.random_d_output(), np.float32))
 
     def loss(outputs):
         return keras.ops.sum(outputs[0] * weights)
 
-    _, fused = value_and_gradients(case.layer, loss, case.x, mask)
-    with kb.configure_loops(fused_kernels=False):
-        _, portable = value_and_gradients(case.layer, loss, case.x, mask)
-    return fused, portable
+    _, vendor = value_and_gradients(case.layer, loss, case.x, mask)
+    with kb.configure_loops(vendor_kernels=False):
+        _, scan = value_and_gradients(case.layer, loss, case.x, mask)
+    return vendor, scan
 
 
 def _forms(layer) -> list:
@@ -61,29 +61,29 @@ def _forms(layer) -> list:
 
 @torch_only
 @pytest.mark.parametrize("mask_name", list(MASKS))
-@pytest.mark.parametrize("cell_name", FUSED_CELLS)
-def test_bidirectional_pair_matches_oracle_and_portable_engine(cell_name, mask_name):
+@pytest.mark.parametrize("cell_name", VENDOR_CELLS)
+def test_bidirectional_pair_matches_oracle_and_scan_engine(cell_name, mask_name):
     """Inference (no gradients recorded): one bidirectional call, packed
     where there is a mask; with gradients recorded on a CPU, a masked call
     runs each direction unpacked over its compacted rows (an LSTM: the
-    portable engine)."""
+    scan engine)."""
     import torch
 
     case = make_case(cell_name, "concat", return_state=True)
     mask = MASKS[mask_name]
     with torch.no_grad():
-        fused = to_numpy(case.layer(case.x, mask=mask))
-    assert_all_close(fused, case.oracle(mask))
+        vendor = to_numpy(case.layer(case.x, mask=mask))
+    assert_all_close(vendor, case.oracle(mask))
     layout = "" if mask is None else " packed"
-    assert _forms(case.layer) == [f"fused torch.{KERNELS[cell_name]} bidirectional{layout}"]
-    assert_all_close(to_numpy(case.layer(case.x, mask=mask)), fused)
+    assert _forms(case.layer) == [f"vendor torch.{KERNELS[cell_name]} bidirectional{layout}"]
+    assert_all_close(to_numpy(case.layer(case.x, mask=mask)), vendor)
     training_form = _forms(case.layer)[-1]
     if mask is None:
         assert training_form.endswith("bidirectional")
     else:
-        assert training_form.endswith("compacted") or (cell_name == "lstm" and training_form.startswith("portable"))
-    with kb.configure_loops(fused_kernels=False):
-        assert_all_close(to_numpy(case.layer(case.x, mask=mask)), fused)
+        assert training_form.endswith("compacted") or (cell_name == "lstm" and training_form.startswith("scan"))
+    with kb.configure_loops(vendor_kernels=False):
+        assert_all_close(to_numpy(case.layer(case.x, mask=mask)), vendor)
     assert_all_close(*_gradients_on_both_engines(case, mask))
 
 
@@ -92,13 +92,13 @@ def test_bidirectional_pair_matches_oracle_and_portable_engine(cell_name, mask_n
 @pytest.mark.parametrize("cell_name", ["gru_reset_after", "lstm"])
 def test_packed_gradients_as_on_a_gpu(monkeypatch, cell_name, mask_name):
     """The packed kernels' gradients (what training runs on a GPU), forced on a CPU."""
-    from keras_birnn.recurrence.vendor import torch_kernels as fused_torch
+    from keras_birnn.recurrence.vendor import torch_kernels
 
-    monkeypatch.setattr(fused_torch, "_cpu_training", lambda directions, mask: False)
+    monkeypatch.setattr(torch_kernels, "cpu_training", lambda directions, mask: False)
     case = make_case(cell_name, "concat", return_state=True)
-    fused, portable = _gradients_on_both_engines(case, MASKS[mask_name])
-    assert _forms(case.layer)[0].startswith("fused torch.")
-    assert_all_close(fused, portable)
+    vendor, scan = _gradients_on_both_engines(case, MASKS[mask_name])
+    assert _forms(case.layer)[0].startswith("vendor torch.")
+    assert_all_close(vendor, scan)
 
 
 @torch_only
@@ -122,7 +122,7 @@ def test_one_direction_matches_oracle_with_gradients(cell_name, reverse, mask_na
 
     with torch.no_grad():
         assert_all_close(to_numpy(layer(x, mask=mask)), [outputs] + list(finals))
-    assert _paths(layer) == ["fused"]
+    assert _paths(layer) == ["vendor"]
     assert_all_close(to_numpy(layer(x, mask=mask)), [outputs] + list(finals))  # gradients recorded
     d_out = rng.normal(size=outputs.shape).astype(np.float32)
     grads = ref.direction_grads(cell, params, x, d_out, mask, reverse=reverse, initial_state=initial, **cell_kwargs)
@@ -133,18 +133,18 @@ def test_one_direction_matches_oracle_with_gradients(cell_name, reverse, mask_na
 
 
 @torch_only
-def test_input_dropout_runs_each_direction_alone_with_the_portable_numbers():
-    """Under input dropout the directions read different inputs: one fused
-    call each, the same numbers as the portable engine with the same seed."""
+def test_input_dropout_runs_each_direction_alone_with_the_scan_numbers():
+    """Under input dropout the directions read different inputs: one kernel
+    call each, the same numbers as the scan engine with the same seed."""
     results = []
-    for fused in (True, False):
+    for vendor in (True, False):
         keras.utils.set_random_seed(11)
         case = make_case("gru_reset_after", "sum")
         case.layer.forward_layer.cell.dropout = case.layer.backward_layer.cell.dropout = 0.3
-        with kb.configure_loops(fused_kernels=fused):
+        with kb.configure_loops(vendor_kernels=vendor):
             results.append(to_numpy(case.layer(case.x, mask=MASK_4x6, training=True)))
         form = case.layer.loop_report()["plans"][0]["form"]
-        assert form == ("torch.gru compacted" if fused else "hoisted loop")
+        assert form == ("torch.gru compacted" if vendor else "hoisted loop")
     assert_all_close(results[0], results[1])
 
 
@@ -170,7 +170,7 @@ def test_a_pair_of_different_kernels_runs_each_its_own(mask_name):
 
 
 @torch_only
-def test_float64_is_fused_and_exact():
+def test_float64_runs_on_the_vendor_engine_exactly():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("float64")
     try:
@@ -178,7 +178,7 @@ def test_float64_is_fused_and_exact():
         out = to_numpy(case.layer(case.x.astype(np.float64), mask=MASK_4x6))
     finally:
         keras.config.set_dtype_policy(previous)
-    assert out.dtype == np.float64 and _paths(case.layer) == ["fused"]
+    assert out.dtype == np.float64 and _paths(case.layer) == ["vendor"]
     assert_all_close(out, case.oracle(MASK_4x6), atol=1e-12, rtol=1e-12)
 
 
@@ -188,23 +188,23 @@ def test_float64_is_fused_and_exact():
     (lambda: kb.LSTMCell(U, recurrent_dropout=0.5), {"training": True}, "recurrent dropout"),
     (lambda: kb.GRUCell(U, recurrent_activation="hard_sigmoid"), {}, "activations other than tanh/sigmoid"),
     (lambda: kb.SimpleRNNCell(U, activation="sigmoid"), {}, "simple RNN activation 'sigmoid'"),
-    (lambda: kb.GRUCell(U), {}, "fused_kernels is off"),
+    (lambda: kb.GRUCell(U), {}, "vendor_kernels is off"),
 ])
-def test_what_is_not_fused_runs_portable_and_says_why(make_cell, call, reason):
+def test_what_no_vendor_kernel_runs_goes_to_the_scan_engine_with_why(make_cell, call, reason):
     layer = kb.Bidirectional(make_cell(), return_sequences=True)
     x = np.random.default_rng(0).normal(size=(B, T, F)).astype(np.float32)
-    with kb.configure_loops(fused_kernels=reason != "fused_kernels is off"):
+    with kb.configure_loops(vendor_kernels=reason != "vendor_kernels is off"):
         layer(x, mask=MASK_4x6, **call)
     (plan,) = layer.loop_report()["plans"]
-    assert plan["path"] == "portable" and reason in plan["not fused"], plan
+    assert plan["path"] == "scan" and reason in plan["why not vendor"], plan
 
 
 @torch_only
-def test_empty_batch_and_time_axis_run_portable():
+def test_empty_batch_and_time_axis_run_on_the_scan_engine():
     layer = kb.Bidirectional(kb.GRUCell(U), return_sequences=True)
     assert to_numpy(layer(np.zeros((0, T, F), np.float32), mask=np.zeros((0, T), bool))).shape == (0, T, 2 * U)
     assert np.all(to_numpy(layer(np.zeros((B, 0, F), np.float32))) == 0)
-    assert all("empty" in plan["not fused"] for plan in layer.loop_report()["plans"])
+    assert all("empty" in plan["why not vendor"] for plan in layer.loop_report()["plans"])
 
 
 # --- JAX: cuDNN's LSTM, its reference standing in on a CPU ----------------------------
@@ -212,11 +212,11 @@ def test_empty_batch_and_time_axis_run_portable():
 
 @pytest.fixture
 def cudnn_stand_in(monkeypatch):
-    """`fused_jax` believing it is on a GPU, `jax.experimental.rnn.lstm`
+    """`jax_kernels` believing it is on a GPU, `jax.experimental.rnn.lstm`
     replaced by JAX's reference implementation of the same call."""
     from jax.experimental import rnn as jax_rnn
 
-    from keras_birnn.recurrence.vendor import jax_kernels as fused_jax
+    from keras_birnn.recurrence.vendor import jax_kernels
 
     def reference_lstm(x, h0, c0, weights, seq_lengths, input_size, hidden_size, num_layers, dropout,
                        bidirectional):
@@ -224,8 +224,8 @@ def cudnn_stand_in(monkeypatch):
         return jax_rnn.lstm_ref(x, h0, c0, *unpacked, seq_lengths, input_size, hidden_size, num_layers,
                                 dropout, bidirectional)
 
-    monkeypatch.setattr(fused_jax, "on_gpu", lambda: True)
-    monkeypatch.setattr(fused_jax, "jax_rnn", type("StandIn", (), {"lstm": staticmethod(reference_lstm)}))
+    monkeypatch.setattr(jax_kernels, "on_gpu", lambda: True)
+    monkeypatch.setattr(jax_kernels, "jax_rnn", type("StandIn", (), {"lstm": staticmethod(reference_lstm)}))
 
 
 @jax_only
@@ -252,18 +252,18 @@ def test_jax_cudnn_lstm_one_direction_matches_oracle(cudnn_stand_in, reverse, ma
     mask = MASKS[mask_name]
     outputs, finals = ref.run_direction("lstm", params, x, mask, reverse=reverse)
     assert_all_close(traced(layer, x, mask), [outputs] + list(finals))
-    assert layer.loop_report()["plans"][0]["path"] == "fused"
+    assert layer.loop_report()["plans"][0]["path"] == "vendor"
 
 
 @jax_only
-def test_jax_what_is_not_fused_says_why(cudnn_stand_in):
+def test_jax_what_cudnn_does_not_run_says_why(cudnn_stand_in):
     x = np.random.default_rng(0).normal(size=(B, T, F)).astype(np.float32)
     for cell, reason in ((kb.GRUCell(U), "no cuDNN kernel for GRU"),
                          (kb.LSTMCell(U, activation="relu"), "activations other than tanh/sigmoid")):
         layer = kb.Bidirectional(cell)
         layer(x, mask=MASK_4x6)
         (plan,) = layer.loop_report()["plans"]
-        assert plan["path"] == "portable" and reason in plan["not fused"], plan
+        assert plan["path"] == "scan" and reason in plan["why not vendor"], plan
 
 
 def _jax_gpu() -> bool:
@@ -281,14 +281,14 @@ def test_jax_cudnn_lstm_on_a_gpu_matches_oracle_with_gradients(mask_name):
     case = make_case("lstm", "concat", return_state=True)
     mask = MASKS[mask_name]
     assert_all_close(traced(case.layer, case.x, mask), case.oracle(mask))
-    assert case.layer.loop_report()["plans"][0]["path"] == "fused"
+    assert case.layer.loop_report()["plans"][0]["path"] == "vendor"
     assert_all_close(*_gradients_on_both_engines(case, mask))
 
 
 @jax_only
 @pytest.mark.skipif(_jax_gpu(), reason="on a CPU only")
-def test_jax_on_a_cpu_runs_portable_and_says_why():
+def test_jax_on_a_cpu_runs_the_scan_engine_and_says_why():
     layer = kb.Bidirectional(kb.LSTMCell(U))
     layer(np.zeros((B, T, F), np.float32))
     (plan,) = layer.loop_report()["plans"]
-    assert plan["path"] == "portable" and "not a GPU" in plan["not fused"]
+    assert plan["path"] == "scan" and "not a GPU" in plan["why not vendor"]

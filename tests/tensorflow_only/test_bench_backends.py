@@ -62,8 +62,8 @@ def test_quick_run_on_tensorflow(tmp_path):
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_quick_case_without_tensorflow(backend, tmp_path):
     """On JAX and PyTorch, with `import tensorflow` failing (a sitecustomize
-    puts None in sys.modules), keras_birnn imports and kb runs on the
-    portable engine: a row for Keras, kb (and torch.nn on torch), kb's
+    puts None in sys.modules), keras_birnn imports and kb runs (the scan
+    engine on JAX, the vendor engine on PyTorch): a row for Keras, kb (and torch.nn on torch), kb's
     outputs and weight gradients matching the oracle and Keras's; `--threads 1`
     in force."""
     if importlib.util.find_spec(backend) is None:
@@ -84,8 +84,8 @@ def test_quick_case_without_tensorflow(backend, tmp_path):
     assert sorted((r["case"], r["peer"]) for r in report["rows"]) == sorted(
         (f"bilstm/quick/masked/{mode}", peer) for mode in ("train", "infer") for peer in peers)
     (check,) = report["checks"]
-    # On a CPU: JAX's portable scan (no cuDNN), PyTorch's fused LSTM.
-    expected = {"jax": "portable scan per direction (not fused: no cuDNN", "torch": "fused torch.lstm bidirectional"}
+    # On a CPU: JAX's scan engine (no cuDNN), PyTorch's LSTM kernel.
+    expected = {"jax": "scan scan per direction (why not vendor: no cuDNN", "torch": "vendor torch.lstm bidirectional"}
     assert check["kb_engine"].startswith(expected[backend]), check
     assert check["kb_vs_oracle"] < 1e-5 and check["grads_kb_vs_keras_rel"] < 1e-5, check
     assert not report["errors"] and not report["skipped"]

@@ -16,6 +16,7 @@ import keras_birnn as kb
 import reference as ref
 from birnn_cases import CELLS, MERGES, TRAINING_MODES, B, U, make_case
 from helpers import MASK_4x6 as MASK, PADDING_PATTERNS_4x6, assert_all_close, cell_params, eager_and_graph, in_graph, to_numpy
+from keras_birnn.recurrence.tensorflow.compiled import by_batch_size
 
 # A diagonal pairing cells with merge modes, for what needs one run per cell.
 DIAGONAL = list(zip(CELLS, ["concat", "projection_softmax", "none", "mul", "sum"]))
@@ -309,14 +310,14 @@ def _loop_variables(fn, *args) -> dict:
 
 
 @pytest.mark.slow(reason="compiles every loop layout, ~14 s")
-@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
+@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
 def test_graph_loop_layouts(compiled_loops, fused):
     """In a graph each direction is its own compiled loop (TensorFlow runs
-    the two at the same time); under `recurrence.fused_directions()` one loop
+    the two at the same time); under `kb.lockstep_directions()` one loop
     advances both. Both layouts give the oracle's outputs and BPTT gradients."""
     case = make_case("lstm", "concat", seed=10, return_sequences=True, return_state=True)
     spec = UNKNOWN_SIZES
-    layout = kb.recurrence.fused_directions() if fused else contextlib.nullcontext()
+    layout = kb.lockstep_directions() if fused else contextlib.nullcontext()
     with layout:
         infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=spec)
         # An unknown batch size leaves both inference loops in the graph (a
@@ -366,7 +367,7 @@ def _training_loop_variables(layer) -> dict:
 
 
 @pytest.mark.slow(reason="XLA-compiles the training loops, ~15 s")
-@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
+@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
 @pytest.mark.parametrize("cell", ["gru_reset_after", "gru_reset_before", "lstm", "simple_tanh"])
 def test_training_loop_reads(loop_settings, cell, fused):
     """The training loops' per-step reads: sliced in the step inside XLA,
@@ -378,7 +379,7 @@ def test_training_loop_reads(loop_settings, cell, fused):
     traced inline, one per direction. (Plain loops in their lowered form
     only: test_plain_loop_forms has both.)"""
     case = make_case(cell, "concat", seed=13, return_sequences=True)
-    layout = kb.recurrence.fused_directions if fused else contextlib.nullcontext
+    layout = kb.lockstep_directions if fused else contextlib.nullcontext
     d_output = case.random_d_output()
     carried = {}
     for xla in (True, False):
@@ -400,7 +401,7 @@ def test_lstm_bptt_reads_its_kept_gates_ahead(loop_settings):
     the BPTT loop (`materialize_saved`); with other activations it keeps the
     pre-activations, sliced in the step. So the BPTT loop both directions
     share carries two values more (the slice, and the last index a loop
-    reading ahead reads at, computed once before it: `_time_loop`), the
+    reading ahead reads at, computed once before it: `time_loop`), the
     forward loop as many; without XLA every slice is read ahead either way. (Both paths' gradients against the
     oracle: test_training_loop_reads here, test_other_activations_match_oracle
     in test_cells_activations.py.)"""
@@ -469,7 +470,7 @@ def _while_lowering(fn, *args) -> list:
     return flags
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "fused_directions"])
+@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
 @pytest.mark.parametrize("how", ["xla_disabled", "counted_plain_form", "uncounted_inference"])
 @pytest.mark.parametrize("limit", [0, 10**12], ids=["lowered", "functional"])
 def test_plain_loop_forms(loop_switch, how, limit, fused):
@@ -484,7 +485,7 @@ def test_plain_loop_forms(loop_switch, how, limit, fused):
     loop_switch(xla=how != "xla_disabled", functional_step_limit=limit)
     case = make_case("gru_reset_after", "concat", seed=15, return_sequences=True)
     never = kb.compilation(compile_after=10**9)
-    layout = kb.recurrence.fused_directions() if fused else contextlib.nullcontext()
+    layout = kb.lockstep_directions() if fused else contextlib.nullcontext()
     with layout, never if how == "counted_plain_form" else contextlib.nullcontext():
         infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=UNKNOWN_SIZES)
         expected = {True} if limit == 0 else {True, False}
@@ -530,13 +531,13 @@ def test_plain_loop_form_chosen_by_step_size(loop_switch):
 
 
 def test_inline_read_chosen_by_batch_size():
-    """`_by_batch_size` calls the small-step loop up to `max_batch` rows:
+    """`by_batch_size` calls the small-step loop up to `max_batch` rows:
     statically when the batch size is known, by a tf.cond otherwise; with
     `max_batch` 0, the large one always."""
     small = lambda flat, mask: ([flat[0][:, 0, 0] * 0 + 1.0], [])  # noqa: E731
     large = lambda flat, mask: ([flat[0][:, 0, 0] * 0 + 2.0], [])  # noqa: E731
     for max_batch, cases in ((3, ((3, 1.0), (4, 2.0))), (0, ((1, 2.0), (4, 2.0)))):
-        forward = kb.recurrence._by_batch_size(max_batch, small=small, large=large)
+        forward = by_batch_size(max_batch, small=small, large=large)
         for rows, expected in cases:
             x = tf.zeros([rows, 2, 1])
             assert float(forward([x], None)[0][0][0]) == expected

@@ -239,7 +239,7 @@ def test_training_graph_size(units, functional):
     XLA-compiled loops (a bucketed call has at least one masked step, so
     no zero-length cond, whose gradient doubled the graph); every loop is
     in a non-inlined function, one per loop role and form, which both
-    directions (their order is a tensor) and both calls share; a functional form (a `_by_batch_size` cond in each
+    directions (their order is a tensor) and both calls share; a functional form (a `by_batch_size` cond in each
     plain branch) only for a layer that a 32-row batch would run as one."""
     per_row = (F + units) * 3 * units
     rows = kb.loop_config().functional_step_limit // per_row

@@ -2,6 +2,7 @@
 shorthands that set it."""
 
 import threading
+import warnings
 
 import pytest
 
@@ -15,12 +16,27 @@ def test_defaults_and_shorthands():
     assert (config.compile_after, config.max_compiled_shapes) == ("auto", 16)
     with kb.for_export():
         assert (kb.loop_config().xla, kb.loop_config().custom_gradient) == (False, False)
-        with kb.fused_directions(), kb.compilation(compile_after=3, max_compiled_shapes=2):
+        with kb.lockstep_directions(), kb.compilation(compile_after=3, max_compiled_shapes=2):
             inner = kb.loop_config()
             assert (inner.concurrent_directions, inner.compile_after, inner.max_compiled_shapes) == (False, 3, 2)
             assert compile_policy.settings() == {"compile_after": 3, "max_compiled_shapes": 2}
         assert kb.loop_config().concurrent_directions
     assert kb.loop_config() == config
+
+
+def test_fused_directions_is_a_deprecated_alias_of_lockstep_directions():
+    """The old name still sets the same switch, for the block only, and
+    warns naming the new one; the new name does not warn."""
+    with pytest.warns(DeprecationWarning, match=r"kb\.lockstep_directions\(\)"):
+        context = kb.fused_directions()
+    with context:
+        assert not kb.loop_config().concurrent_directions
+    assert kb.loop_config().concurrent_directions
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with kb.lockstep_directions():
+            assert not kb.loop_config().concurrent_directions
+    assert {"fused_directions", "lockstep_directions"} <= set(kb.__all__)
 
 
 @pytest.mark.parametrize("changes, error, message", [

@@ -1,4 +1,4 @@
-"""kb.inspect: per-direction norms (seed 000, figure 17-5), projection
+"""kb.diagnostics: per-direction norms (seed 000, figure 17-5), projection
 contributions and the PNG plot, against NumPy and against program 095."""
 
 import sys
@@ -77,7 +77,7 @@ def test_figure_17_5_direction_norms():
     bi = kb.Bidirectional(kb.GRUCell(3, reset_after=True), return_sequences=True)
     bi.build((None, None, 1))
     bi.set_weights(program_095_weights())
-    norms = kb.inspect.direction_norms(bi, SEQ_095[None, :, None])
+    norms = kb.diagnostics.direction_norms(bi, SEQ_095[None, :, None])
     table = np.stack([norms.forward[0], norms.backward[0]], -1)
     np.testing.assert_allclose(table, FIG_17_5_GLIBC, atol=2e-6)
     assert norms.mask.all()
@@ -99,7 +99,7 @@ def test_direction_norms_match_numpy_on_padded_batch(cell):
     x = padded_inputs(seed=1, fill=np.nan)
     clean = np.nan_to_num(x)
     forward, backward = np_norms(cell, oracle, clean, MASK)
-    norms = kb.inspect.direction_norms(bi, x, mask=MASK)
+    norms = kb.diagnostics.direction_norms(bi, x, mask=MASK)
     np.testing.assert_allclose(norms.forward, forward, atol=2e-6)
     np.testing.assert_allclose(norms.backward, backward, atol=2e-6)
     np.testing.assert_array_equal(norms.mask, MASK)
@@ -107,11 +107,11 @@ def test_direction_norms_match_numpy_on_padded_batch(cell):
     assert np.all(norms.forward[~MASK] == 0) and np.all(norms.backward[~MASK] == 0)
     # Extra padding changes nothing at the valid positions.
     x_long, mask_long = extra_padding(x, MASK, extra=2, fill=np.nan)
-    longer = kb.inspect.direction_norms(bi, x_long, mask=mask_long)
+    longer = kb.diagnostics.direction_norms(bi, x_long, mask=mask_long)
     np.testing.assert_allclose(longer.forward[:, : MASK.shape[1]], forward, atol=2e-6)
     np.testing.assert_allclose(longer.backward[:, : MASK.shape[1]], backward, atol=2e-6)
     # Without a mask every position is valid.
-    unmasked = kb.inspect.direction_norms(bi, clean[:1])
+    unmasked = kb.diagnostics.direction_norms(bi, clean[:1])
     assert unmasked.mask.all()
     np.testing.assert_allclose(
         unmasked.forward, np_norms(cell, oracle, clean[:1], np.ones((1, MASK.shape[1]), bool))[0], atol=2e-6
@@ -125,7 +125,7 @@ def test_direction_states_in_graph_with_unknown_batch_and_time():
 
     @tf.function(input_signature=[tf.TensorSpec([None, None, F]), tf.TensorSpec([None, None], tf.bool)])
     def states(inputs, mask):
-        return kb.inspect.direction_states(bi, inputs, mask)
+        return kb.diagnostics.direction_states(bi, inputs, mask)
 
     forward, backward, mask = states(x, MASK)
     out_f, _ = ref.run_direction("gru", oracle.fw, x, MASK, reverse=False)
@@ -142,7 +142,7 @@ def test_direction_states_are_the_call_s_directions_and_not_counted():
     bi, _ = bidirectional("lstm", merge_mode=None, return_sequences=True)
     x = padded_inputs(seed=3)
     before = bi.loop_report()
-    forward, backward, _ = kb.inspect.direction_states(bi, x, MASK)
+    forward, backward, _ = kb.diagnostics.direction_states(bi, x, MASK)
     assert bi.loop_report() == before
     call_forward, call_backward = bi(x, mask=MASK)
     assert bi.loop_report() != before
@@ -159,7 +159,7 @@ def test_direction_contributions_sum_to_the_pre_activation():
         "gru", merge_mode="projection", projection_units=5, projection_activation="softmax", return_sequences=True
     )
     x = padded_inputs(seed=3)
-    parts = kb.inspect.direction_contributions(bi, x, mask=MASK)
+    parts = kb.diagnostics.direction_contributions(bi, x, mask=MASK)
     out_f, _ = ref.run_direction("gru", oracle.fw, x, MASK, reverse=False)
     out_b, _ = ref.run_direction("gru", oracle.bw, x, MASK, reverse=True)
     p = oracle.projection
@@ -176,7 +176,7 @@ def test_direction_contributions_sum_to_the_pre_activation():
     assert np.all(parts.forward[~MASK] == 0) and np.all(parts.backward[~MASK] == 0)
     np.testing.assert_array_equal(parts.mask, MASK)
     with pytest.raises(ValueError, match="merge_mode='projection'"):
-        kb.inspect.direction_contributions(bidirectional("gru")[0], x)
+        kb.diagnostics.direction_contributions(bidirectional("gru")[0], x)
 
 
 # --- models, stacks, layer selection ------------------------------------------------------
@@ -202,19 +202,19 @@ def test_models_and_stacks(tmp_path):
     x = np.asarray(model.get_layer("embed")(tokens))
 
     with pytest.raises(ValueError, match="choose one with `layer=`"):
-        kb.inspect.direction_norms(model, tokens)
+        kb.diagnostics.direction_norms(model, tokens)
     with pytest.raises(ValueError, match="none of the bidirectional layers"):
-        kb.inspect.direction_norms(model, tokens, layer="missing")
+        kb.diagnostics.direction_norms(model, tokens, layer="missing")
 
     # The projection layer on top: its input is the stack's output, its mask
     # the Embedding's, both computed by the model.
-    top = kb.inspect.direction_contributions(model, tokens, layer="tags")
+    top = kb.diagnostics.direction_contributions(model, tokens, layer="tags")
     seq = np.asarray(stack(x, mask=MASK))
     out_f, _ = ref.run_direction("gru", oracle.fw, seq, MASK, reverse=False)
     np.testing.assert_allclose(top.forward, out_f @ oracle.projection["V_f"], atol=3e-6)
     np.testing.assert_array_equal(top.mask, MASK)
-    assert np.array_equal(kb.inspect.direction_norms(model, tokens, layer=2).forward,
-                          kb.inspect.direction_norms(model, tokens, layer="tags").forward)
+    assert np.array_equal(kb.diagnostics.direction_norms(model, tokens, layer=2).forward,
+                          kb.diagnostics.direction_norms(model, tokens, layer="tags").forward)
 
     # The second layer inside the stack reads the first's concatenated output.
     first = stack.bidirectionals[0]
@@ -222,15 +222,15 @@ def test_models_and_stacks(tmp_path):
     second_weights = stack.bidirectionals[1].get_weights()
     fw = dict(kernel=second_weights[0], recurrent_kernel=second_weights[1], bias=second_weights[2])
     expected_f = np.linalg.norm(ref.run_direction("gru", fw, first_out, MASK)[0], axis=-1)
-    via_model = kb.inspect.direction_norms(model, tokens, layer="stack/bidirectional_1")
-    via_stack = kb.inspect.direction_norms(stack, x, mask=MASK, layer=1)
+    via_model = kb.diagnostics.direction_norms(model, tokens, layer="stack/bidirectional_1")
+    via_stack = kb.diagnostics.direction_norms(stack, x, mask=MASK, layer=1)
     np.testing.assert_allclose(via_model.forward, expected_f, atol=3e-6)
     np.testing.assert_allclose(via_stack.forward, expected_f, atol=3e-6)
     np.testing.assert_array_equal(via_model.mask, MASK)
 
     # A reloaded model gives the same diagnostics.
     loaded = keras_round_trip(model, str(tmp_path / "tagger.keras"), tokens)
-    again = kb.inspect.direction_norms(loaded, tokens, layer="stack/bidirectional_1")
+    again = kb.diagnostics.direction_norms(loaded, tokens, layer="stack/bidirectional_1")
     np.testing.assert_allclose(again.forward, via_model.forward, atol=0)
 
 
@@ -240,7 +240,7 @@ def test_models_and_stacks(tmp_path):
 def test_plot_direction_norms_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     bi, _ = bidirectional("gru", return_sequences=True)
-    path = kb.inspect.plot_direction_norms(
+    path = kb.diagnostics.plot_direction_norms(
         bi, padded_inputs(seed=5), str(tmp_path / "norms.png"), mask=MASK, rows=[1, 3, 4], title="BiGRU"
     )
     with open(path, "rb") as f:
@@ -252,4 +252,12 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     bi, _ = bidirectional("gru", return_sequences=True)
     with pytest.raises(ImportError, match=r"pip install keras-birnn\[plot\]"):
-        kb.inspect.plot_direction_norms(bi, padded_inputs(seed=5), str(tmp_path / "n.png"))
+        kb.diagnostics.plot_direction_norms(bi, padded_inputs(seed=5), str(tmp_path / "n.png"))
+
+
+def test_old_name_inspect_warns_and_is_the_diagnostics_module():
+    with pytest.warns(DeprecationWarning, match="kb.diagnostics"):
+        old = kb.inspect
+    assert old is kb.diagnostics
+    with pytest.raises(AttributeError, match="no_such_name"):
+        kb.no_such_name

@@ -193,7 +193,7 @@ def check_export(ct, result, head):
     for row, tokens in enumerate(sentences):
         n = len(tokens)
         assert tags[row][:n] == [result["tags"][k] for k in keras_ids[row]]
-        assert tags[row][n:] == [""] * (padded.shape[1] - n) and (out["tag_ids"].numpy()[row, n:] == 0).all()
+        assert tags[row][n:] == [""] * (padded.shape[1] - n) and (out["tag_ids"].numpy()[row, n:] == -1).all()
     if head == "crf" and ct.is_iob2(result["tags"]):  # the "iob2" constraints hold in what is served
         for row in tags:
             row = [t for t in row if t]

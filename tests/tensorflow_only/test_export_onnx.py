@@ -4,7 +4,7 @@ directions' outputs match Keras, right-padded batches included.
 tf2onnx turns a TensorArray written inside a `While` into an ONNX `Loop`
 scan output in iteration order, ignoring the index written at; the forward
 loop writes its outputs at the iteration so that the converted graph is
-right (`recurrence.tensorflow.timeloop._in_time_order`). Skipped where tf2onnx or onnxruntime is
+right (`recurrence.tensorflow.timeloop.in_time_order`). Skipped where tf2onnx or onnxruntime is
 not installed.
 """
 
@@ -80,16 +80,16 @@ def test_plain_from_keras_is_exact(head):
         np.testing.assert_allclose(served, model(batch).numpy(), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["loop_per_direction", "fused_directions"])
+@pytest.mark.parametrize("fused", [False, True], ids=["loop_per_direction", "lockstep_directions"])
 def test_onnx_matches_keras_on_both_signatures(tmp_path, fused):
     """Exported as TF Serving gets it (a loop per direction) and under
-    `kb.fused_directions()` (one loop, which onnxruntime runs faster:
+    `kb.lockstep_directions()` (one loop, which onnxruntime runs faster:
     docs/deploy.md): both convert to as many ONNX `Loop`s and serve Keras's
     numbers through both signatures."""
     keras.utils.set_random_seed(0)
     features = keras.Input((None, F))
     model = keras.Model(features, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(features))
-    with kb.fused_directions() if fused else contextlib.nullcontext():
+    with kb.lockstep_directions() if fused else contextlib.nullcontext():
         path = kb.export_saved_model(model, tmp_path, version=1)
     assert _loops(_convert(path, SIGNATURE_UNPADDED).graph) == (1 if fused else 2)
     rng = np.random.default_rng(0)

@@ -115,6 +115,6 @@ def test_inspect_reads_ragged_rows():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(4, T, F)).astype("float32")
     for layer, which in ((kb.Bidirectional(kb.GRUCell(4)), None), (kb.StackedBidirectional("lstm", units=(3, 3)), 1)):
-        expected = kb.inspect.direction_states(layer, tf.constant(x), mask=_mask(), layer=which)
-        actual = kb.inspect.direction_states(layer, _ragged(x), layer=which)
+        expected = kb.diagnostics.direction_states(layer, tf.constant(x), mask=_mask(), layer=which)
+        actual = kb.diagnostics.direction_states(layer, _ragged(x), layer=which)
         assert_all_close(actual, expected)

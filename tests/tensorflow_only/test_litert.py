@@ -170,9 +170,9 @@ def test_non_builtin_ops_raise_naming_them(tmp_path, monkeypatch):
     outside export_tflite), the graph needs DynamicPartition: not a builtin."""
     import contextlib
 
-    from keras_birnn import recurrence
+    from keras_birnn.export import litert
 
-    monkeypatch.setattr(recurrence, "_rows_kept", contextlib.nullcontext)
+    monkeypatch.setattr(litert, "rows_kept", contextlib.nullcontext)
     inp = keras.Input((None, F))
     model = keras.Model(inp, kb.Bidirectional(kb.GRUCell(U), name="sentence_gru")(inp))
     with pytest.raises(

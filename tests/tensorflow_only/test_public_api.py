@@ -51,5 +51,5 @@ def test_every_dotted_keras_birnn_name_in_the_docs_resolves():
 def test_all_lists_public_names_only():
     assert all(hasattr(kb, name) and not name.startswith("_") for name in kb.__all__)
     for name in ("lengths_to_mask", "reverse_within_lengths", "check_graph_ops", "flatbuffer_ops",
-                 "xla_disabled", "for_export", "fused_directions", "compilation"):
+                 "xla_disabled", "for_export", "lockstep_directions", "fused_directions", "compilation"):
         assert name in kb.__all__, name

@@ -254,7 +254,7 @@ def test_first_order_training_keeps_the_fast_path(monkeypatch):
 
     # Patched where they are read: `run` picks the plain loop in
     # `dispatch`, the BPTT's gradient calls autodiff in `gradients`.
-    monkeypatch.setattr(recurrence.tensorflow.dispatch, "_plain_loop", refuse)
+    monkeypatch.setattr(recurrence.tensorflow.dispatch, "plain_loop", refuse)
     monkeypatch.setattr(recurrence.tensorflow.gradients, "_autodiff_gradients", refuse)
     ours, theirs, x = _pair("gru", seed=9)
     results = []

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_birnn.recurrence.tensorflow.layout import _swap_batch_and_time
+from keras_birnn.recurrence.tensorflow.layout import swap_batch_and_time
 
 # float32 and bfloat16 move as float64s where the width allows it (even,
 # multiples of four); odd widths, float16 and float64 take tf.transpose.
@@ -20,7 +20,7 @@ def _bits(x: tf.Tensor) -> np.ndarray:
 @pytest.mark.parametrize("dtype, width", CASES, ids=[f"{d.name}-{w}" for d, w in CASES])
 def test_swap_is_the_transpose_bit_for_bit_with_unknown_sizes(dtype, width):
     rng = np.random.default_rng(0)
-    swap = tf.function(_swap_batch_and_time, input_signature=[tf.TensorSpec([None, None, width], dtype)])
+    swap = tf.function(swap_batch_and_time, input_signature=[tf.TensorSpec([None, None, width], dtype)])
     for batch, time in [(3, 7), (1, 1), (0, 4)]:
         x = tf.cast(rng.normal(size=(batch, time, width)) * 1e3, dtype)
         got = swap(x)
@@ -37,10 +37,10 @@ def test_swap_under_autodiff_is_a_transpose_with_its_gradient():
     weights = tf.constant(np.arange(24, dtype="float32").reshape(3, 2, 4))
     with tf.GradientTape() as tape:
         tape.watch(x)
-        loss = tf.reduce_sum(_swap_batch_and_time(x, bitcast=False) * weights)
+        loss = tf.reduce_sum(swap_batch_and_time(x, bitcast=False) * weights)
     np.testing.assert_array_equal(tape.gradient(loss, x), tf.transpose(weights, [1, 0, 2]))
     with tf.GradientTape() as tape:
         tape.watch(x)
-        loss = tf.reduce_sum(_swap_batch_and_time(x) * weights)
+        loss = tf.reduce_sum(swap_batch_and_time(x) * weights)
     with pytest.raises(LookupError, match="Bitcast"):  # why the switch exists
         tape.gradient(loss, x)

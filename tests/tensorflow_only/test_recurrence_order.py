@@ -1,5 +1,5 @@
 """A direction's order told at run time (`DirectionSpec.runtime_order`: a
-bool tensor beside the direction, `layout._orders`), which lets the two directions of a
+bool tensor beside the direction, `layout.runtime_orders`), which lets the two directions of a
 bidirectional layer share one traced loop and one XLA program per shape:
 its loops give bit for bit what the same loops with the order fixed when
 traced give (forward outputs, final states, kept memory, BPTT records and
@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import keras_birnn as kb
 from keras_birnn.recurrence.tensorflow.layout import Direction
-from keras_birnn.recurrence.tensorflow.loops import _backward_loop, _forward_loop
+from keras_birnn.recurrence.tensorflow.loops import LoopForm, backward_loop, forward_loop
 
 B, T, F, U = 4, 9, 3, 5
 
@@ -50,11 +50,11 @@ def _loops_of(cell_name: str, order: str, has_mask: bool, return_sequences: bool
                       states, reverse=reverse if order == "static" else False)
         orders = None if order == "static" else [tf.constant(reverse)]
         mask = mask if has_mask else None
-        sequences, finals, memory = _forward_loop([d], mask, return_sequences, True, xla_reads=xla, xla=xla,
-                                                  orders=orders)
+        form = LoopForm(xla=xla, xla_reads=xla)
+        sequences, finals, memory = forward_loop([d], mask, return_sequences, keep_for_bptt=True, form=form,
+                                                 orders=orders)
         d_flat_out = [d_seq] * return_sequences + [tf.ones_like(s) for s in finals[0]]
-        records, d_states = _backward_loop([d], mask, return_sequences, memory, d_flat_out, xla_reads=xla, xla=xla,
-                                           orders=orders)
+        records, d_states = backward_loop([d], mask, return_sequences, memory, d_flat_out, form=form, orders=orders)
         return [s for s in sequences if s is not None], finals, memory, records, d_states
 
     return run
@@ -98,9 +98,9 @@ def test_xla_compiles_one_program_for_both_orders(mask_name):
         d = Direction(cell.step_math(), x, kernel, cell.input_bias(bias), recurrent_kernel, cell.recurrent_bias(bias),
                       states)
         m = mask if has_mask else None
-        sequences, finals, memory = _forward_loop([d], m, True, True, xla_reads=True, xla=True, orders=[reverse])
-        records, d_states = _backward_loop([d], m, True, memory, [d_seq] + finals[0], xla_reads=True, xla=True,
-                                           orders=[reverse])
+        form = LoopForm(xla=True, xla_reads=True)
+        sequences, finals, memory = forward_loop([d], m, True, keep_for_bptt=True, form=form, orders=[reverse])
+        records, d_states = backward_loop([d], m, True, memory, [d_seq] + finals[0], form=form, orders=[reverse])
         return sequences, records, d_states
 
     rng = np.random.default_rng(5)

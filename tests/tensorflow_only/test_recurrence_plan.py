@@ -3,7 +3,7 @@ plan a call must take, checked against the plans the layer reports it ran
 (`loop_report()["plans"]`), and the call's numbers against the NumPy oracle.
 
 A plan's fields, in this order: path, form, runner, caller, rows, padding,
-empty_case, fusion, memory.
+empty_case, lockstep, memory.
 """
 
 import contextlib
@@ -16,9 +16,10 @@ import keras_birnn as kb
 from birnn_cases import F, make_case
 from helpers import MASK_4x6 as MASK, assert_all_close, to_numpy
 from keras_birnn import recurrence
+from keras_birnn.config import no_empty_case, rows_kept
 from keras_birnn.recurrence.tensorflow.plan import Grouping, plan_groups
 
-FIELDS = ("path", "form", "runner", "caller", "rows", "padding", "empty_case", "fusion", "memory")
+FIELDS = ("path", "form", "runner", "caller", "rows", "padding", "empty_case", "lockstep", "memory")
 UNKNOWN = [tf.TensorSpec([None, None, F], tf.float32), tf.TensorSpec([None, None], tf.bool)]
 
 
@@ -59,7 +60,7 @@ def _forward_mode(case):
 
 
 def _litert_trace(case):
-    with kb.for_export(), kb.fused_directions(), recurrence._rows_kept(), recurrence._no_empty_case():
+    with kb.for_export(), kb.lockstep_directions(), rows_kept(), no_empty_case():
         return _traced(case)
 
 
@@ -133,12 +134,13 @@ def test_every_path_is_in_the_table():
 
 def test_a_run_with_no_count_runs_compiled_loops():
     """The "compiled" path: a run without a layer's count (a diagnostic's
-    run, `kb.inspect`), XLA-compiled outright."""
+    run, `kb.diagnostics`), XLA-compiled outright."""
     case = make_case("gru_reset_after")
     bi, x, mask = case.layer, tf.constant(case.x), tf.constant(MASK)
     directions = [bi.forward_layer.direction(x, mask), bi.backward_layer.direction(x, mask)]
-    flat = recurrence.tensorflow.layout._flatten(directions)
-    call_plan = recurrence.tensorflow.plan.plan(directions, flat, mask, True, False, counted=False)
+    flat = recurrence.tensorflow.layout.flatten(directions)
+    call_plan = recurrence.tensorflow.plan.plan(directions, flat, mask, return_sequences=True, bptt=False,
+                                                counted=False)
     assert call_plan.describe() == _plan("compiled xla compiled-function eager all none static one-loop recompute")
     forward, backward = recurrence.run(directions, mask, return_sequences=True)
     assert_all_close(to_numpy(bi.merge(forward.outputs, backward.outputs, mask)), case.oracle(MASK))
@@ -161,7 +163,7 @@ def test_nested_groups_plan(training, taped, litert, grouping, groups, monkeypat
                         lambda self, *a: used.append(a[-1]) or encode(self, *a))
     case, x = _case("gru_reset_after")
     nested = kb.NestedEncoder(case.layer, length_groups=3)
-    context = recurrence._no_empty_case if litert else contextlib.nullcontext
+    context = no_empty_case if litert else contextlib.nullcontext
     with context(), tf.GradientTape() if taped else contextlib.nullcontext():
         assert plan_groups(3, training)[0] is grouping
         assert plan_groups(1, training)[0] is Grouping.ONE_CALL

@@ -65,7 +65,7 @@ def test_served_tags_equal_the_keras_model(head, char_encoder, tmp_path):
     for sentences in QUERIES:
         out = serve(inputs=tf.constant(pad_tokens(sentences)))
         ids, confidence, valid = expected(model, encoder, sentences)
-        np.testing.assert_array_equal(out["tag_ids"].numpy(), ids)
+        np.testing.assert_array_equal(out["tag_ids"].numpy(), np.where(valid, ids, -1))
         names = np.where(valid, np.array(TAGS, object)[ids], "")
         np.testing.assert_array_equal(out["tags"].numpy().astype(str), names.astype(str))
         np.testing.assert_allclose(out["confidence"].numpy(), confidence, atol=1e-6, rtol=0)
@@ -80,7 +80,7 @@ def test_padding_gives_nothing(tmp_path):
     out = serve(inputs=tf.constant([["", "", ""], ["Ada", "", ""]]))
     assert out["tags"].numpy().tolist() == [[b"", b"", b""], [out["tags"].numpy()[1, 0], b"", b""]]
     assert out["tags"].numpy()[1, 0] in [t.encode() for t in TAGS]
-    np.testing.assert_array_equal(out["tag_ids"].numpy()[:, 1:], 0)
+    np.testing.assert_array_equal(out["tag_ids"].numpy()[:, 1:], -1)
     np.testing.assert_array_equal(out["confidence"].numpy()[0], 0)
 
 

@@ -24,7 +24,7 @@ its gradient through unchanged, so padding at the end changes neither the
 forward direction (it meets the padding after every real step) nor the
 backward one (it meets it first and keeps its initial state across it).
 Nor does it cost steps: the loops skip steps masked in every row
-(`recurrence.tensorflow.timeloop._span`), so the padding costs only the longer buffers.
+(`recurrence.tensorflow.timeloop.visited_span`), so the padding costs only the longer buffers.
 
 Bucket lengths: 8, 12, 16, 24, 32, 48, 64, 96, ... (two per doubling), so a
 buffer is at most half again as long as the sequence, and lengths up to 256

@@ -3,7 +3,7 @@ plain or XLA-compiled, cached so that each loop structure is traced once.
 
 Inside a graph each direction can be its own loop (`_split_loops`),
 which TensorFlow's executor runs at the same time as the others; otherwise
-all directions advance in one loop (`loops._forward_loop`).
+all directions advance in lockstep in one loop (`loops.forward_loop`).
 """
 
 import functools
@@ -12,21 +12,22 @@ from typing import Callable, Sequence, Tuple
 import tensorflow as tf
 
 from keras_birnn.recurrence.cache import LOOPS
-from keras_birnn.recurrence.tensorflow.gradients import _bulk_gradients
+from keras_birnn.recurrence.tensorflow.gradients import bulk_gradients
 from keras_birnn.recurrence.tensorflow.layout import (
     DirectionSpec,
     LoopKey,
-    _flatten_outputs,
-    _group_memory,
-    _in_runtime_order,
-    _input_splitter,
-    _memory_splitter,
-    _orders,
-    _output_splitter,
-    _unflatten,
-    _with_order,
+    flatten_outputs,
+    group_memory,
+    in_runtime_order,
+    input_splitter,
+    memory_splitter,
+    runtime_orders,
+    output_splitter,
+    unflatten,
+    with_order,
 )
-from keras_birnn.recurrence.tensorflow.loops import _backward_loop, _forward_loop, _plain_loop
+from keras_birnn.recurrence.tensorflow import loops
+from keras_birnn.recurrence.tensorflow.loops import LoopForm
 from keras_birnn.recurrence.tensorflow.plan import Build, Form
 
 LoopFunctions = Tuple[Callable, Callable, Callable]
@@ -36,7 +37,7 @@ LoopFunctions = Tuple[Callable, Callable, Callable]
 _NOT_INLINED = {"_noinline": True}
 
 
-def _loop_functions(key: LoopKey, build: Build) -> LoopFunctions:
+def loop_functions(key: LoopKey, build: Build) -> LoopFunctions:
     """forward(flat, mask) -> (flat outputs, flat memory), the same keeping
     memory, and backward(flat, mask, memory, d_outputs) -> gradients: the
     BPTT loops of `_loops` (cached), then their sums over time
@@ -52,7 +53,7 @@ def _loops(key: LoopKey, build: Build) -> LoopFunctions:
     once per loop structure and reused across calls (eagerly too); XLA
     compiles each once per concrete input shape. An inference forward of
     one direction has two XLA loops, for small and large steps
-    (`_by_batch_size`); every plain loop has two forms, functional and
+    (`by_batch_size`); every plain loop has two forms, functional and
     lowered (`_loop`). With `build.split`, every direction runs loops of
     its own, which directions of one structure share (`_split_loops`)."""
     return LOOPS.get(("loops", key, build), lambda: _make_loops(key, build))
@@ -62,23 +63,28 @@ def _make_loops(key: LoopKey, build: Build) -> LoopFunctions:
     if build.split:
         return _split_loops(key, build)
     xla = build.xla_body
-    # A functional loop reads every slice in the step (`_loop`), as XLA's do.
-    backward_loop = _loop(
-        key, build, "backward", lambda functional: _backward_loop_fn(key, xla, xla or functional, not functional)
-    )
+
+    def training_form(functional: bool) -> LoopForm:
+        # A functional loop reads every slice in the step (`_loop`), as XLA's do.
+        return LoopForm(xla=xla, xla_reads=xla or functional, lowered=not functional)
+
+    def inference_form(functional: bool) -> LoopForm:
+        return LoopForm(xla=xla, xla_reads=xla, read_in_step=functional, lowered=not functional)
+
+    backward_loop = _loop(key, build, "backward", lambda functional: _backward_loop_fn(key, training_form(functional)))
     keeping = _loop(
-        key, build, "keeping", lambda functional: _forward_fn(key, xla, xla or functional, True, lowered=not functional)
+        key, build, "keeping", lambda functional: _forward_fn(key, training_form(functional), keep_for_bptt=True)
     )
     if key.keep:
         return keeping, keeping, backward_loop
     forward = _loop(
-        key, build, "forward",
-        lambda functional: _forward_fn(key, xla, xla, False, read_in_step=functional, lowered=not functional),
+        key, build, "forward", lambda functional: _forward_fn(key, inference_form(functional), keep_for_bptt=False)
     )
     max_inline_batch = _max_inline_batch(key.specs, build) if build.compiles else 0
     if max_inline_batch:
-        small = _compiled(key, build, "small", _forward_fn(key, xla, xla, False, read_in_step=True))
-        forward = _by_batch_size(max_inline_batch, small=small, large=forward)
+        small_form = LoopForm(xla=xla, xla_reads=xla, read_in_step=True, lowered=True)
+        small = _compiled(key, build, "small", _forward_fn(key, small_form, keep_for_bptt=False))
+        forward = by_batch_size(max_inline_batch, small=small, large=forward)
     return forward, keeping, backward_loop
 
 
@@ -88,7 +94,7 @@ def _loop(key: LoopKey, build: Build, role: str, make: Callable[[bool], Callable
     Plain loops run as functional `While` ops for small steps (up to
     `functional_step_limit` multiply-adds, and `functional_row_limit`
     per row) and lowered otherwise, chosen by batch size
-    (`_by_batch_size`); training loops have a functional form only where
+    (`by_batch_size`); training loops have a functional form only where
     `functional_training_rows` rows would run it (docs/design.md, "The
     loop", says why). A functional loop overlaps nothing across
     iterations, so it reads its slices in the step (all but what a cell
@@ -99,7 +105,7 @@ def _loop(key: LoopKey, build: Build, role: str, make: Callable[[bool], Callable
     if build.compiles or not max_rows or (key.keep and max_rows < build.functional_training_rows):
         return lowered
     functional = _compiled(key, build, role + "/functional", make(True))
-    return _by_batch_size(max_rows, small=functional, large=lowered)
+    return by_batch_size(max_rows, small=functional, large=lowered)
 
 
 def _max_functional_rows(specs: Sequence[DirectionSpec], build: Build) -> int:
@@ -109,9 +115,9 @@ def _max_functional_rows(specs: Sequence[DirectionSpec], build: Build) -> int:
     return 0 if per_row > build.functional_row_limit else build.functional_step_limit // per_row
 
 
-def _serving_loop(key: LoopKey, build: Build) -> Callable:
+def serving_loop(key: LoopKey, build: Build) -> Callable:
     """The forward loops of an exported serving graph (`for_export`, plain
-    TensorFlow: `loops._plain_loop`), laid out as in-process inference lays
+    TensorFlow: `loops.plain_loop`), laid out as in-process inference lays
     them out: with `build.split`, a loop per direction, which the executor
     runs at the same time; each a functional `While` where `_loop` would
     choose it for a batch of `functional_training_rows` rows, else lowered.
@@ -126,32 +132,30 @@ def _serving_loop(key: LoopKey, build: Build) -> Callable:
     def lowered(specs: Sequence[DirectionSpec]) -> bool:
         return _max_functional_rows(specs, build) < build.functional_training_rows
 
-    return functools.partial(_plain_loop, key, split=build.split, lowered=lowered, xla=build.xla_caller)
+    return functools.partial(loops.plain_loop, key, split=build.split, lowered=lowered, xla=build.xla_caller)
 
 
-def _forward_fn(
-    key: LoopKey, xla: bool, xla_reads: bool, keep_for_bptt: bool, read_in_step: bool = False, lowered: bool = True
-) -> Callable:
+def _forward_fn(key: LoopKey, form: LoopForm, *, keep_for_bptt: bool) -> Callable:
     def forward(flat, mask):
-        directions = _unflatten(list(flat), key.specs)
-        sequences, final_states, memory = _forward_loop(
-            directions, mask if key.has_mask else None, key.return_sequences, keep_for_bptt, read_in_step, xla_reads,
-            lowered, xla=xla, orders=_orders(list(flat), key.specs),
+        directions = unflatten(list(flat), key.specs)
+        sequences, final_states, memory = loops.forward_loop(
+            directions, mask if key.has_mask else None, key.return_sequences, keep_for_bptt=keep_for_bptt,
+            form=form, orders=runtime_orders(list(flat), key.specs),
         )
-        flat_out = _flatten_outputs(sequences, final_states, key.return_sequences)
+        flat_out = flatten_outputs(sequences, final_states, key.return_sequences)
         return flat_out, [t for kept in memory for t in kept]
 
     return forward
 
 
-def _backward_loop_fn(key: LoopKey, xla: bool, xla_reads: bool, lowered: bool) -> Callable:
+def _backward_loop_fn(key: LoopKey, form: LoopForm) -> Callable:
     # Named `backward_loop`: the traced function's name says it is BPTT.
     def backward_loop(flat, mask, memory, d_flat_out):
-        directions = _unflatten(list(flat), key.specs)
+        directions = unflatten(list(flat), key.specs)
         mask = mask if key.has_mask else None
-        memory = _group_memory(directions, memory)
-        return _backward_loop(directions, mask, key.return_sequences, memory, d_flat_out, xla_reads, lowered, xla,
-                              _orders(list(flat), key.specs))
+        memory = group_memory(directions, memory)
+        return loops.backward_loop(directions, mask, key.return_sequences, memory, d_flat_out, form=form,
+                                   orders=runtime_orders(list(flat), key.specs))
 
     return backward_loop
 
@@ -161,13 +165,13 @@ def _with_bulk(key: LoopKey, build: Build, backward_loops: Callable) -> Callable
         # Only the loops are compiled: the sums over time are a few large
         # matmuls that TensorFlow's own kernels run as fast, and leaving
         # them out of XLA shortens the backward pass's compile time. Out of
-        # the counted path's `tf.cond` too (`_chosen_loop_functions`): one
+        # the counted path's `tf.cond` too (`chosen_loop_functions`): one
         # copy serves both forms.
         records, d_initial = backward_loops(flat, mask, memory, d_flat_out)
-        directions = _unflatten(list(flat), key.specs)
-        memory = _group_memory(directions, memory)
-        return _bulk_gradients(directions, memory, records, d_initial, mask if key.has_mask else None,
-                               build.xla_caller)
+        directions = unflatten(list(flat), key.specs)
+        memory = group_memory(directions, memory)
+        return bulk_gradients(directions, memory, records, d_initial, mask if key.has_mask else None,
+                              xla_caller=build.xla_caller)
 
     return backward
 
@@ -206,8 +210,8 @@ def _shared_leaf(key: tuple, fn: Callable) -> Callable:
         fn, reduce_retracing=True, autograph=False, experimental_attributes=_NOT_INLINED))
 
 
-def _chosen_loop_functions(key: LoopKey, build: Build, use_compiled: tf.Tensor) -> LoopFunctions:
-    """`_loop_functions`' three functions, each running the XLA-compiled
+def chosen_loop_functions(key: LoopKey, build: Build, use_compiled: tf.Tensor) -> LoopFunctions:
+    """`loop_functions`' three functions, each running the XLA-compiled
     loops where `use_compiled` holds and the plain ones elsewhere (in a
     graph XLA compiles a branch only when it runs). Both forms call the
     same traced loops (`_shared_leaf`), so a new signature is traced once;
@@ -224,8 +228,8 @@ def _chosen_loop_functions(key: LoopKey, build: Build, use_compiled: tf.Tensor) 
 def _max_inline_batch(specs: Sequence[DirectionSpec], build: Build) -> int:
     """The largest batch for which the inline-read loop is used (0: never):
     only one direction per loop (the bidirectional layer's concurrent parts,
-    or `kb.Recurrent`); a fused loop has too many kernels per step. Such a
-    step has at most 8 XLA kernels, which XLA's CPU runtime then runs in
+    or `kb.Recurrent`); a loop of several directions in lockstep has too
+    many kernels per step. Such a step has at most 8 XLA kernels, which XLA's CPU runtime then runs in
     order on the calling thread instead of handing them to TensorFlow's
     intra-op pool: faster for small steps, slower once one thread's matmuls
     are too slow (`inline_step_limit`)."""
@@ -243,7 +247,7 @@ def _step_size(specs: Sequence[DirectionSpec]) -> int:
     return max(size, 1)
 
 
-def _by_batch_size(max_batch: int, small: Callable, large: Callable) -> Callable:
+def by_batch_size(max_batch: int, small: Callable, large: Callable) -> Callable:
     """A loop function calling `small` up to `max_batch` rows, else
     `large` (the batch is that of the first direction's inputs, first in
     `flat`): decided when traced if the batch size is known then, by a
@@ -266,21 +270,21 @@ def _split_loops(key: LoopKey, build: Build) -> LoopFunctions:
     graph TensorFlow's executor runs the directions' loops at the same time.
 
     Loops built as functions (any form but INLINE) take their direction's
-    order as a tensor (`layout._with_order`), so the directions of a
+    order as a tensor (`layout.with_order`), so the directions of a
     bidirectional layer with one cell structure call the same functions:
     each traced once, and XLA compiles one program per shape for both
     directions rather than one per direction (benchmarks/README.md, "What a
     compilation costs and saves")."""
     runtime_order = build.form is not Form.INLINE
-    part_specs = [_in_runtime_order(spec) if runtime_order else spec for spec in key.specs]
+    part_specs = [in_runtime_order(spec) if runtime_order else spec for spec in key.specs]
     one_loop = build._replace(split=False)
     parts = [_loops(key._replace(specs=(spec,)), one_loop) for spec in part_specs]
-    splitter = _input_splitter(key.specs)
-    memories = _memory_splitter(key.specs)
-    outputs = _output_splitter(key.specs, key.return_sequences)
+    splitter = input_splitter(key.specs)
+    memories = memory_splitter(key.specs)
+    outputs = output_splitter(key.specs, key.return_sequences)
 
     def inputs(flat):
-        return [_with_order(p, s) if runtime_order else p for p, s in zip(splitter(flat), key.specs)]
+        return [with_order(p, s) if runtime_order else p for p, s in zip(splitter(flat), key.specs)]
 
     def forward_fn(which):
         def forward(flat, mask):

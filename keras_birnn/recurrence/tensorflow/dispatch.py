@@ -3,7 +3,7 @@ run them, and the custom gradient around those loops.
 
 `plan.plan` decides everything about the call; this module only carries it
 out: forward-mode derivatives and exported serving graphs run plain
-forward loops (`loops._plain_loop`, `compiled._serving_loop`); everything
+forward loops (`loops.plain_loop`, `compiled.serving_loop`); everything
 else runs the loops under `tf.custom_gradient` (`_differentiable_loop`),
 plain or XLA-compiled, the compiled form chosen per shape by the layer's
 count on the counted path (`compile_policy`).
@@ -17,19 +17,19 @@ import tensorflow as tf
 from keras_birnn.recurrence.tensorflow import bucketing
 from keras_birnn.recurrence import compile_policy
 from keras_birnn.recurrence.cache import LOOPS
-from keras_birnn.recurrence.tensorflow.compiled import _chosen_loop_functions, _loop_functions, _serving_loop
-from keras_birnn.recurrence.tensorflow.gradients import _bptt
+from keras_birnn.recurrence.tensorflow.compiled import chosen_loop_functions, loop_functions, serving_loop
+from keras_birnn.recurrence.tensorflow.gradients import differentiable_bptt
 from keras_birnn.recurrence.tensorflow.layout import (
     Direction,
     DirectionResult,
     LoopKey,
-    _flatten,
-    _flatten_outputs,
-    _loop_key,
-    _state_mask_positions,
-    _unflatten_outputs,
+    flatten,
+    flatten_outputs,
+    loop_key,
+    state_mask_positions,
+    unflatten_outputs,
 )
-from keras_birnn.recurrence.tensorflow.loops import _plain_loop
+from keras_birnn.recurrence.tensorflow.loops import plain_loop
 from keras_birnn.recurrence.tensorflow.plan import (
     Build,
     Caller,
@@ -66,34 +66,36 @@ def run(
             the shapes that recur (`compile_policy`); without it, they
             always run compiled while XLA is on.
     """
-    flat = _flatten(directions)
-    call_plan = plan(directions, flat, mask, return_sequences, bptt, counter is not None)
+    flat = flatten(directions)
+    call_plan = plan(directions, flat, mask, return_sequences=return_sequences, bptt=bptt, counted=counter is not None)
     if call_plan.rows is Rows.VALID:
         compact, compact_mask, rows = bucketing.valid_rows(directions, mask)
-        results = _run_padded(call_plan, compact, compact_mask, return_sequences, counter)
+        results = _run_padded(call_plan, compact, compact_mask, return_sequences=return_sequences, counter=counter)
         return bucketing.restore_rows(results, directions, rows)
-    return _run_padded(call_plan, directions, mask, return_sequences, counter, flat)
+    return _run_padded(call_plan, directions, mask, return_sequences=return_sequences, counter=counter, flat=flat)
 
 
-def _run_padded(call_plan: LoopPlan, directions, mask, return_sequences, counter,
+def _run_padded(call_plan: LoopPlan, directions, mask, *, return_sequences: bool, counter,
                 flat=None) -> List[DirectionResult]:
     """The loops, on inputs padded at the end as the plan says
     (`bucketing.pad_time`: to the bucket length, or a zero-length sequence
     to one masked step), which leaves them at least one step and so no
     zero-length `tf.cond`; outputs cropped back to the real length."""
     if call_plan.padding is TimePadding.NONE:
-        return _run_plan(call_plan, directions, mask, return_sequences, counter, flat)
+        return _run_plan(call_plan, directions, mask, return_sequences=return_sequences, counter=counter, flat=flat)
     at_least_one = call_plan.padding is TimePadding.ONE_STEP
     directions, mask, steps = bucketing.pad_time(directions, mask, call_plan.config, at_least_one=at_least_one)
-    return bucketing.crop_time(_run_plan(call_plan, directions, mask, return_sequences, counter), steps)
+    results = _run_plan(call_plan, directions, mask, return_sequences=return_sequences, counter=counter)
+    return bucketing.crop_time(results, steps)
 
 
-def _run_plan(call_plan: LoopPlan, directions, mask, return_sequences, counter,
+def _run_plan(call_plan: LoopPlan, directions, mask, *, return_sequences: bool, counter,
               flat=None) -> List[DirectionResult]:
-    """The planned loops on `directions` (`flat`: their `_flatten`, when
+    """The planned loops on `directions` (`flat`: their `flatten`, when
     the caller has it for these very directions)."""
-    flat = _flatten(directions) if flat is None else flat
-    key = _loop_key(directions, mask is not None, return_sequences, call_plan.memory is Memory.KEEP)
+    flat = flatten(directions) if flat is None else flat
+    key = loop_key(directions, has_mask=mask is not None, return_sequences=return_sequences,
+                   keep=call_plan.memory is Memory.KEEP)
     no_mask = tf.zeros([0], tf.bool)  # a tensor placeholder keeps one signature
     runner = _runner(call_plan, key, directions, counter)
 
@@ -103,7 +105,7 @@ def _run_plan(call_plan: LoopPlan, directions, mask, return_sequences, counter,
     def no_steps():
         # A zero-length sequence: nothing read, so the boundary states stand.
         sequences = [tf.zeros_like(d.inputs[:, :, :1]) * tf.expand_dims(d.initial_states[0], 1) for d in directions]
-        return _flatten_outputs(sequences, [d.initial_states for d in directions], return_sequences)
+        return flatten_outputs(sequences, [d.initial_states for d in directions], return_sequences)
 
     # XLA cannot compile a loop body over a zero-length axis, so the empty
     # case never reaches it (`plan._empty_case`).
@@ -113,25 +115,26 @@ def _run_plan(call_plan: LoopPlan, directions, mask, return_sequences, counter,
         flat_out = no_steps()
     else:
         flat_out = loop()
-    return _unflatten_outputs(flat_out, directions, return_sequences)
+    return unflatten_outputs(flat_out, directions, return_sequences)
 
 
 def _runner(call_plan: LoopPlan, key: LoopKey, directions, counter) -> Callable:
     """The function `runner(flat, mask)` running the loops as planned; an
     eager counted call's form is chosen here, by the layer's count."""
     if call_plan.counted and call_plan.caller is Caller.EAGER:  # the count decides now
-        compiled = bool(counter.decide(*tf.shape(directions[0].inputs)[:2], key.keep, call_plan.config))
+        batch, steps = tf.shape(directions[0].inputs)[:2]
+        compiled = bool(counter.decide(batch, steps, training=key.keep, config=call_plan.config))
         call_plan = counted_form(call_plan, compiled)
     if counter is not None:
         counter.note_plan(call_plan)
     build = call_plan.build()
     if call_plan.runner is Runner.PLAIN_OPS:
         if call_plan.path is Path.FORWARD_ONLY:
-            return _serving_loop(key, build)
-        return functools.partial(_plain_loop, key, xla=build.xla_caller)
+            return serving_loop(key, build)
+        return functools.partial(plain_loop, key, xla=build.xla_caller)
     if call_plan.runner is Runner.COUNTED_FUNCTION:
-        decide = functools.partial(counter.decide, *tf.unstack(tf.shape(directions[0].inputs)[:2]), key.keep,
-                                   call_plan.config)
+        batch, steps = tf.unstack(tf.shape(directions[0].inputs)[:2])
+        decide = functools.partial(counter.decide, batch, steps, training=key.keep, config=call_plan.config)
         return functools.partial(_counted_runner(key, build), decide)
     if call_plan.runner is Runner.COMPILED_FUNCTION:
         return _compiled_runner(key, build)
@@ -172,15 +175,15 @@ def _differentiable_loop(key: LoopKey, build: Build, flat, mask, use_compiled=No
     With `key.keep` (training) the forward loop keeps what BPTT needs;
     without it (inference) it keeps nothing, and a gradient asked for anyway
     recomputes the forward loop first. The state masks (recurrent dropout)
-    are constants. The BPTT is itself differentiable (`_bptt`), for gradient
+    are constants. The BPTT is itself differentiable (`differentiable_bptt`), for gradient
     penalties and other derivatives of gradients. With `use_compiled` (a
     bool tensor), every loop is a `tf.cond` between its XLA-compiled and
     plain forms."""
     if use_compiled is None:
-        forward, recompute, backward = _loop_functions(key, build)
+        forward, recompute, backward = loop_functions(key, build)
     else:
-        forward, recompute, backward = _chosen_loop_functions(key, build, use_compiled)
-    constant = _state_mask_positions(key.specs)
+        forward, recompute, backward = chosen_loop_functions(key, build, use_compiled)
+    constant = state_mask_positions(key.specs)
 
     @tf.custom_gradient
     def recurrence(*originals):
@@ -196,7 +199,8 @@ def _differentiable_loop(key: LoopKey, build: Build, flat, mask, use_compiled=No
 
         def grad(*d_flat_out):
             d_flat_out = [tf.zeros_like(o) if g is None else g for g, o in zip(d_flat_out, flat_out)]
-            grads = iter(_bptt(key, fast_gradients, list(originals), mask, d_flat_out, constant, build.xla_caller))
+            grads = iter(differentiable_bptt(key, fast_gradients, list(originals), mask, d_flat_out, constant=constant,
+                                             xla_caller=build.xla_caller))
             return [None if k in constant else next(grads) for k in range(len(originals))]
 
         return flat_out, grad

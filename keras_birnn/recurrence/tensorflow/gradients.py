@@ -1,12 +1,12 @@
 """The gradients: the hand-written BPTT's sums over time, and its own
 (differentiable) gradient.
 
-After the backward loop (`loops._backward_loop`) has recorded every step's
+After the backward loop (`loops.backward_loop`) has recorded every step's
 gate gradients, every gradient that is a sum over time (input and recurrent
 kernels, biases) and the inputs' gradient are single large matmuls over all
 steps at once, outside the compiled loop (BRNN, BPTT and boundary states).
 Differentiating those gradients again (a gradient penalty) goes through
-autodiff of the plain forward loop (`_bptt`).
+autodiff of the plain forward loop (`differentiable_bptt`).
 """
 
 from typing import Callable, List, Sequence
@@ -14,9 +14,9 @@ from typing import Callable, List, Sequence
 import tensorflow as tf
 
 from keras_birnn.cells.step_math import column_sum
-from keras_birnn.recurrence.tensorflow.layout import Direction, LoopKey, _swap_batch_and_time
-from keras_birnn.recurrence.tensorflow.loops import _plain_loop
-from keras_birnn.recurrence.tensorflow.timeloop import _padded_to_all, _span, _visited
+from keras_birnn.recurrence.tensorflow.layout import Direction, LoopKey, swap_batch_and_time
+from keras_birnn.recurrence.tensorflow.loops import plain_loop
+from keras_birnn.recurrence.tensorflow.timeloop import padded_to_all, visited_span, only_visited
 
 
 def _accumulation_dtype(dtype) -> tf.DType:
@@ -27,8 +27,8 @@ def _accumulation_dtype(dtype) -> tf.DType:
     return dtype if dtype.size >= 4 else tf.float32
 
 
-def _bptt(key: LoopKey, fast_gradients: Callable, flat: list, mask: tf.Tensor, d_flat_out: list, constant: set,
-          xla_caller: bool) -> list:
+def differentiable_bptt(key: LoopKey, fast_gradients: Callable, flat: list, mask: tf.Tensor, d_flat_out: list, *,
+                        constant: set, xla_caller: bool) -> list:
     """The gradients of the non-constant inputs, by the fast hand-written
     BPTT; differentiating them again (a gradient penalty, a persistent tape
     asked twice) goes through `_autodiff_gradients` instead, which
@@ -43,7 +43,7 @@ def _bptt(key: LoopKey, fast_gradients: Callable, flat: list, mask: tf.Tensor, d
         def second_order(*upstream):
             with tf.GradientTape() as tape:
                 slots = _distinct(flat_and_d_out, tape)
-                first = _autodiff_gradients(key, slots[:n], mask, slots[n:], constant, xla_caller)
+                first = _autodiff_gradients(key, slots[:n], mask, slots[n:], constant=constant, xla_caller=xla_caller)
             upstream = [tf.zeros_like(f) if u is None else u for u, f in zip(upstream, first)]
             return tape.gradient(first, slots, output_gradients=upstream)
 
@@ -52,13 +52,13 @@ def _bptt(key: LoopKey, fast_gradients: Callable, flat: list, mask: tf.Tensor, d
     return bptt(*flat, *d_flat_out)
 
 
-def _autodiff_gradients(key: LoopKey, flat: list, mask: tf.Tensor, d_flat_out: list, constant: set,
+def _autodiff_gradients(key: LoopKey, flat: list, mask: tf.Tensor, d_flat_out: list, *, constant: set,
                         xla_caller: bool) -> list:
     """What the BPTT computes, by autodiff through the forward loop run as
     plain TensorFlow (slower; used only to differentiate gradients)."""
     with tf.GradientTape() as tape:
         flat = _distinct(flat, tape)
-        flat_out = _plain_loop(key, flat, mask, xla=xla_caller)
+        flat_out = plain_loop(key, flat, mask, xla=xla_caller)
     variables = [t for k, t in enumerate(flat) if k not in constant]
     return tape.gradient(
         flat_out, variables, output_gradients=d_flat_out, unconnected_gradients=tf.UnconnectedGradients.ZERO
@@ -74,29 +74,29 @@ def _distinct(tensors: Sequence[tf.Tensor], tape: tf.GradientTape) -> list:
     return copies
 
 
-def _bulk_gradients(directions: Sequence[Direction], memory, records, d_initial, mask,
-                    xla_caller: bool) -> List[tf.Tensor]:
+def bulk_gradients(directions: Sequence[Direction], memory, records, d_initial, mask, *,
+                   xla_caller: bool) -> List[tf.Tensor]:
     """After the BPTT loop: every gradient that is a sum over time, as one
-    large matmul over all the steps the loops visited (`_span`; the others'
+    large matmul over all the steps the loops visited (`visited_span`; the others'
     records are zeros, and their inputs' gradients are zeros), laid out as
-    `layout._flatten` lays out the directions."""
+    `layout.flatten` lays out the directions."""
     steps = tf.shape(directions[0].inputs)[1]
     # Inside an XLA-compiled caller a slice's size must be a constant: there
     # the sums run over every step, the skipped ones adding zeros.
-    span = _span(None if xla_caller else mask, steps)
+    span = visited_span(None if xla_caller else mask, steps)
     grads = []
     for d, kept, record, d_init in zip(directions, memory, records, d_initial):
-        inputs_tm = _visited(_swap_batch_and_time(d.inputs), span)
-        record = _visited(record, span)
+        inputs_tm = only_visited(swap_batch_and_time(d.inputs), span)
+        record = only_visited(record, span)
         flat_record = tf.reshape(record, [-1, record.shape[-1]])
         flat_dp = d.math.input_gradient(flat_record)
         d_inputs = tf.reshape(tf.matmul(flat_dp, d.kernel, transpose_b=True), tf.shape(inputs_tm))
-        grads.append(_swap_batch_and_time(_padded_to_all(d_inputs, span, steps)))
+        grads.append(swap_batch_and_time(padded_to_all(d_inputs, span, steps)))
         grads.append(_summed_matmul(tf.reshape(inputs_tm, [-1, d.kernel.shape[0]]), flat_dp, d.kernel.dtype))
         if d.input_bias is not None:
             accumulate = _accumulation_dtype(flat_dp.dtype)
             grads.append(tf.cast(column_sum(tf.cast(flat_dp, accumulate)), d.input_bias.dtype))
-        grads.extend(_recurrent_gradients(d, _visited(kept[1], span), flat_record))
+        grads.extend(_recurrent_gradients(d, only_visited(kept[1], span), flat_record))
         grads.extend(d_init)
     return grads
 

@@ -18,15 +18,15 @@ from keras_birnn.cells.step_math import StepMath
 from keras_birnn.recurrence.direction import Direction, DirectionResult  # noqa: F401  (the layouts' subject)
 
 # The float types whose `Transpose` TensorFlow's CPU build hands to oneDNN,
-# and how many of their elements fill one float64 (`_swap_batch_and_time`).
+# and how many of their elements fill one float64 (`swap_batch_and_time`).
 _PER_FLOAT64 = {tf.float32: 2, tf.bfloat16: 4}
 
 
-def _swap_batch_and_time(x: tf.Tensor, bitcast: bool = True) -> tf.Tensor:
+def swap_batch_and_time(x: tf.Tensor, bitcast: bool = True) -> tf.Tensor:
     """`[A, B, width]` -> `[B, A, width]`, as `tf.transpose(x, [1, 0, 2])`.
 
     With `bitcast` (wherever TensorFlow does not differentiate it: not in
-    `loops._plain_loop`; a bitcast has no gradient), a float32 or bfloat16
+    `loops.plain_loop`; a bitcast has no gradient), a float32 or bfloat16
     tensor whose width holds a whole number of float64s is moved as
     float64s. On CPU, TensorFlow rewrites every float32 and bfloat16
     `Transpose` to oneDNN's, which for the small tensors of a loop's call
@@ -59,7 +59,7 @@ class DirectionSpec(NamedTuple):
     shapes: Tuple[tuple, tuple]  # the kernel's, the recurrent kernel's
     dtype: str
     # The loop runs either order, told by a bool tensor after the
-    # direction's other tensors in the flat list (`_with_order`): the two
+    # direction's other tensors in the flat list (`with_order`): the two
     # directions of a bidirectional layer then share one traced loop and
     # one XLA program per shape (`compiled._split_loops`).
     runtime_order: bool = False
@@ -70,9 +70,9 @@ class DirectionSpec(NamedTuple):
 
     @property
     def flat_size(self) -> int:
-        """How many tensors `_flatten` lays out for this direction (a
-        run-time order, appended by `_with_order` for one direction's
-        loops, is not counted: only `_orders` reads it)."""
+        """How many tensors `flatten` lays out for this direction (a
+        run-time order, appended by `with_order` for one direction's
+        loops, is not counted: only `runtime_orders` reads it)."""
         return sum(self.present) + self.n_states
 
 
@@ -91,11 +91,11 @@ def _direction_spec(d: Direction) -> DirectionSpec:
     return DirectionSpec(d.math, d.reverse, len(d.initial_states), present, shapes, d.inputs.dtype.name)
 
 
-def _loop_key(directions: Sequence[Direction], has_mask: bool, return_sequences: bool, keep: bool) -> LoopKey:
+def loop_key(directions: Sequence[Direction], *, has_mask: bool, return_sequences: bool, keep: bool) -> LoopKey:
     return LoopKey(tuple(_direction_spec(d) for d in directions), has_mask, return_sequences, keep)
 
 
-def _flatten(directions: Sequence[Direction]) -> list:
+def flatten(directions: Sequence[Direction]) -> list:
     flat = []
     for d in directions:
         flat.extend(getattr(d, name) for name in _DIFFERENTIABLE if getattr(d, name) is not None)
@@ -105,7 +105,7 @@ def _flatten(directions: Sequence[Direction]) -> list:
     return flat
 
 
-def _unflatten(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> List[Direction]:
+def unflatten(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> List[Direction]:
     rebuilt, pos = [], 0
     for spec in specs:
         fields = {}
@@ -117,15 +117,15 @@ def _unflatten(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> Lis
         state_mask = None
         if spec.has_state_mask:
             state_mask, pos = flat[pos], pos + 1
-        pos += int(spec.runtime_order)  # the order: `_orders` reads it
+        pos += int(spec.runtime_order)  # the order: `runtime_orders` reads it
         rebuilt.append(Direction(spec.math, initial_states=states, reverse=spec.reverse, state_mask=state_mask,
                                  **fields))
     return rebuilt
 
 
-def _orders(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> List[Optional[tf.Tensor]]:
+def runtime_orders(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> List[Optional[tf.Tensor]]:
     """Per direction, the order a loop built for either order was told (a
-    bool tensor, True: reverse; `_with_order`), or None for a fixed order."""
+    bool tensor, True: reverse; `with_order`), or None for a fixed order."""
     orders, pos = [], 0
     for spec in specs:
         pos += spec.flat_size
@@ -134,19 +134,19 @@ def _orders(flat: Sequence[tf.Tensor], specs: Sequence[DirectionSpec]) -> List[O
     return orders
 
 
-def _in_runtime_order(spec: DirectionSpec) -> DirectionSpec:
+def in_runtime_order(spec: DirectionSpec) -> DirectionSpec:
     """`spec` for loops that take the direction's order as a tensor."""
     return spec._replace(reverse=False, runtime_order=True)
 
 
-def _with_order(flat_part: Sequence[tf.Tensor], spec: DirectionSpec) -> list:
-    """One direction's flat part for the loops of `_in_runtime_order(spec)`:
+def with_order(flat_part: Sequence[tf.Tensor], spec: DirectionSpec) -> list:
+    """One direction's flat part for the loops of `in_runtime_order(spec)`:
     its order appended as a bool tensor, made here, in the caller's graph,
-    and read back by `_unflatten`."""
+    and read back by `unflatten`."""
     return list(flat_part) + [tf.constant(spec.reverse)]
 
 
-def _state_mask_positions(specs: Sequence[DirectionSpec]) -> set:
+def state_mask_positions(specs: Sequence[DirectionSpec]) -> set:
     """Where the state masks (constants to the gradient) sit in the flat list."""
     positions, end = set(), 0
     for spec in specs:
@@ -169,34 +169,34 @@ def _splitter(sizes: Sequence[int]) -> Callable[[Sequence[Any]], List[list]]:
     return split
 
 
-def _input_splitter(specs: Sequence[DirectionSpec]) -> Callable:
-    """Cuts `_flatten`'s list per direction."""
+def input_splitter(specs: Sequence[DirectionSpec]) -> Callable:
+    """Cuts `flatten`'s list per direction."""
     return _splitter([spec.flat_size for spec in specs])
 
 
-def _memory_splitter(specs: Sequence[DirectionSpec]) -> Callable:
+def memory_splitter(specs: Sequence[DirectionSpec]) -> Callable:
     """Cuts the flat kept memory per direction: what the step maths saved,
     then the incoming states."""
     return _splitter([1 + spec.n_states for spec in specs])
 
 
-def _output_splitter(specs: Sequence[DirectionSpec], return_sequences: bool) -> Callable:
-    """Cuts `_flatten_outputs`' list (or its gradients) per direction."""
+def output_splitter(specs: Sequence[DirectionSpec], return_sequences: bool) -> Callable:
+    """Cuts `flatten_outputs`' list (or its gradients) per direction."""
     return _splitter([int(return_sequences) + spec.n_states for spec in specs])
 
 
-def _group_memory(directions: Sequence[Direction], memory: Sequence[tf.Tensor]) -> list:
+def group_memory(directions: Sequence[Direction], memory: Sequence[tf.Tensor]) -> list:
     return _splitter([1 + len(d.initial_states) for d in directions])(memory)
 
 
-def _flatten_outputs(sequences, final_states, return_sequences: bool) -> list:
+def flatten_outputs(sequences, final_states, return_sequences: bool) -> list:
     flat_out = []
     for seq, states in zip(sequences, final_states):
         flat_out.extend(([seq] if return_sequences else []) + list(states))
     return flat_out
 
 
-def _unflatten_outputs(flat_out, directions: Sequence[Direction], return_sequences: bool) -> List[DirectionResult]:
+def unflatten_outputs(flat_out, directions: Sequence[Direction], return_sequences: bool) -> List[DirectionResult]:
     """Splits the flat outputs per direction and restores their static shapes
     (a compiled loop traced for several shapes only knows relaxed ones)."""
     results, pos = [], 0
@@ -205,15 +205,15 @@ def _unflatten_outputs(flat_out, directions: Sequence[Direction], return_sequenc
         seq = None
         if return_sequences:
             seq, pos = flat_out[pos], pos + 1
-            seq = _with_static_shape(seq, d.inputs.shape[:2].concatenate(state_shape[-1:]))
+            seq = with_static_shape(seq, d.inputs.shape[:2].concatenate(state_shape[-1:]))
         n = len(d.initial_states)
-        states = [_with_static_shape(s, i.shape) for s, i in zip(flat_out[pos : pos + n], d.initial_states)]
+        states = [with_static_shape(s, i.shape) for s, i in zip(flat_out[pos : pos + n], d.initial_states)]
         results.append(DirectionResult(seq, states))
         pos += n
     return results
 
 
-def _split_output_grads(directions: Sequence[Direction], return_sequences: bool, d_flat_out) -> list:
+def split_output_grads(directions: Sequence[Direction], return_sequences: bool, d_flat_out) -> list:
     """The output gradients per direction, `(d_sequence or None, d_finals)`,
     a missing final state's gradient as zeros."""
     per_direction, pos = [], 0
@@ -230,7 +230,7 @@ def _split_output_grads(directions: Sequence[Direction], return_sequences: bool,
     return per_direction
 
 
-def _with_static_shape(tensor: tf.Tensor, shape) -> tf.Tensor:
+def with_static_shape(tensor: tf.Tensor, shape) -> tf.Tensor:
     """`tensor` with what is statically known of its shape merged in (no op:
     `tf.ensure_shape` has no forward-mode derivative in graphs)."""
     if tf.is_symbolic_tensor(tensor):  # an eager tensor knows its whole shape

@@ -1,8 +1,8 @@
 """The one place that decides how a call's loops are built: `plan`.
 
 Every choice about a call (which path, which loop form, time buckets, the
-zero-length case, one loop or one per direction, kept memory, rows left
-out) is made here, from the directions, the mask, the tracing context, the
+zero-length case, the directions in lockstep in one loop or a loop per
+direction, kept memory, rows left out) is made here, from the directions, the mask, the tracing context, the
 tapes and the `LoopConfig` in force, and returned as a frozen `LoopPlan`.
 The engine (`dispatch`, `compiled`, `loops`) executes a plan and never
 looks at the context itself; `loop_report()` lists the plans that ran.
@@ -57,7 +57,7 @@ class Form(enum.Enum):
 class Runner(enum.Enum):
     """What calls the loop functions."""
 
-    PLAIN_OPS = "plain-ops"  # `loops._plain_loop`: no custom gradient
+    PLAIN_OPS = "plain-ops"  # `loops.plain_loop`: no custom gradient
     DIFFERENTIABLE = "differentiable"  # the custom gradient, in the caller's graph
     COMPILED_FUNCTION = "compiled-function"  # a cached tf.function around the custom gradient
     COUNTED_FUNCTION = "counted-function"  # the same, given the count's choice as a tensor
@@ -88,7 +88,9 @@ class EmptyCase(enum.Enum):
     NONE = "none"  # no branch: padded to a step, or traced for LiteRT (time 0 fails loudly)
 
 
-class Fusion(enum.Enum):
+class Lockstep(enum.Enum):
+    """Whether the directions advance in lockstep, in one loop."""
+
     ONE_LOOP = "one-loop"  # every direction advances in the same iteration
     PER_DIRECTION = "per-direction"  # a loop per direction, run at the same time by the executor
 
@@ -134,13 +136,13 @@ class LoopPlan:
     rows: Rows
     padding: TimePadding
     empty_case: EmptyCase
-    fusion: Fusion
+    lockstep: Lockstep
     memory: Memory
     config: LoopConfig = dataclasses.field(compare=False, repr=False)
 
     @property
     def split(self) -> bool:
-        return self.fusion is Fusion.PER_DIRECTION
+        return self.lockstep is Lockstep.PER_DIRECTION
 
     @property
     def counted(self) -> bool:
@@ -164,25 +166,28 @@ _FORMS = {Path.FORWARD_MODE: Form.OPS, Path.FORWARD_ONLY: Form.OPS, Path.PLAIN: 
           Path.INFERENCE: Form.FUNCTION}
 
 
-def plan(directions: Sequence, flat: Sequence[tf.Tensor], mask: Optional[tf.Tensor], return_sequences: bool,
+def plan(directions: Sequence, flat: Sequence[tf.Tensor], mask: Optional[tf.Tensor], *, return_sequences: bool,
          bptt: bool, counted: bool) -> LoopPlan:
     """Decides how a call's loops are built.
 
     Args:
         directions: The call's `Direction`s (their inputs' static shapes
             are read).
-        flat: Their tensors flattened (`layout._flatten`): the tapes and
+        flat: Their tensors flattened (`layout.flatten`): the tapes and
             accumulators watching them are read.
         mask: The call's mask, or None.
         return_sequences: Whether per-step outputs are collected.
         bptt: Training: the forward loop keeps what the BPTT needs.
         counted: The calling layer counts its shapes (`compile_policy`).
+
+    Returns:
+        The call's `LoopPlan`.
     """
     config = loop_config()
     caller = Caller.XLA if in_xla_context() else Caller.EAGER if tf.executing_eagerly() else Caller.GRAPH
     static_length = directions[0].inputs.shape[1] is not None
     twice = caller is not Caller.EAGER and may_differentiate_twice(flat)  # a tape may differentiate again
-    path = _path(config, caller, flat, bptt, counted, static_length, twice)
+    path = choose_path(config, caller, flat, bptt=bptt, counted=counted, static_length=static_length, twice=twice)
     unknown_time = not static_length and caller is not Caller.EAGER
     padding = TimePadding.NONE
     if path in _COMPILING_PATHS and unknown_time:
@@ -200,15 +205,31 @@ def plan(directions: Sequence, flat: Sequence[tf.Tensor], mask: Optional[tf.Tens
         rows=_rows(config, caller, mask, return_sequences),
         padding=padding,
         empty_case=_empty_case(config, static_length, padding),
-        fusion=_fusion(config, caller, len(directions)),
+        lockstep=_lockstep(config, caller, len(directions)),
         memory=Memory.NONE if path in (Path.FORWARD_MODE, Path.FORWARD_ONLY) else
         Memory.KEEP if bptt else Memory.RECOMPUTE,
         config=config,
     )
 
 
-def _path(config: LoopConfig, caller: Caller, flat, bptt: bool, counted: bool, static_length: bool,
-          twice: bool) -> Path:
+def choose_path(config: LoopConfig, caller: Caller, flat: Sequence[tf.Tensor], *, bptt: bool, counted: bool,
+                static_length: bool, twice: bool) -> Path:
+    """The call's `Path`, the first choice `plan` makes (tests patch it to
+    steer calls onto a path).
+
+    Args:
+        config: The `LoopConfig` in force.
+        caller: Where the call is built.
+        flat: The directions' tensors (the tapes and accumulators watching
+            them are read).
+        bptt: Training: the forward loop keeps what the BPTT needs.
+        counted: The calling layer counts its shapes.
+        static_length: The time size is known when traced.
+        twice: A tape may differentiate the gradient again.
+
+    Returns:
+        The path.
+    """
     if carries_tangents(flat):
         # TensorFlow pushes tangents through a plain loop's ops, but not
         # through a custom gradient (it would silently report no tangent).
@@ -285,14 +306,14 @@ def _empty_case(config: LoopConfig, static_length: bool, padding: TimePadding) -
     return EmptyCase.BRANCH if config.empty_case else EmptyCase.NONE
 
 
-def _fusion(config: LoopConfig, caller: Caller, n_directions: int) -> Fusion:
+def _lockstep(config: LoopConfig, caller: Caller, n_directions: int) -> Lockstep:
     """In a graph TensorFlow's executor runs independent loops at the same
     time; eagerly each call blocks, and XLA serialises the loops of one
     computation, so there the directions share one loop and its per-step
     overhead."""
     if n_directions > 1 and config.concurrent_directions and caller is Caller.GRAPH:
-        return Fusion.PER_DIRECTION
-    return Fusion.ONE_LOOP
+        return Lockstep.PER_DIRECTION
+    return Lockstep.ONE_LOOP
 
 
 def counted_form(call_plan: LoopPlan, compiled: bool) -> LoopPlan:

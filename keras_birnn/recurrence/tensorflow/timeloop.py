@@ -4,7 +4,7 @@ each step's slices are read, and the `tf.while_loop` itself.
 Masked steps carry the state unchanged and output zeros, which is exact for
 right padding, left padding and holes alike, in both directions: a backward
 direction simply meets a row's padding before its valid steps. Steps masked
-in every row change nothing, so the loops skip them (`_span`): a batch
+in every row change nothing, so the loops skip them (`visited_span`): a batch
 padded beyond its longest row costs no steps for the padding.
 """
 
@@ -13,25 +13,25 @@ from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 import tensorflow as tf
 
 from keras_birnn.tf_internal import set_while_lowering
-from keras_birnn.recurrence.tensorflow.layout import _with_static_shape
+from keras_birnn.recurrence.tensorflow.layout import with_static_shape
 
 
-class _Span(NamedTuple):
+class Span(NamedTuple):
     """The time positions a loop visits: `first` to `first + count - 1`."""
 
     first: Any  # the Python int 0 when every position is visited
     count: Any
 
 
-class _Visit(NamedTuple):
+class Visit(NamedTuple):
     """The order in which a loop visits a direction's positions: iteration
     `i` at position `base + stride * i`, both computed once before the loop
-    (`_visiting`), so that a step spends at most two scalar ops on its
+    (`visiting`), so that a step spends at most two scalar ops on its
     position instead of recomputing it from the span (a plain loop runs op
     by op, and for small steps such ops are a large share of a step). The
     stride is +1 or -1 when the order is fixed where the loop is traced
     (`Direction.reverse`), or a tensor when it is told at run time
-    (`layout._orders`)."""
+    (`layout.runtime_orders`)."""
 
     base: Any  # the Python int 0, or a scalar tensor
     stride: Any  # 1, -1, or a scalar tensor
@@ -46,15 +46,15 @@ class _Visit(NamedTuple):
         return not self.runtime and self.stride < 0
 
 
-def _visiting(directions, span: _Span, orders=None, backward: bool = False) -> Tuple[List[_Visit], _Span]:
-    """Each direction's `_Visit` of the forward loop, or with `backward` of
+def visiting(directions, span: Span, *, orders=None, backward: bool = False) -> Tuple[List[Visit], Span]:
+    """Each direction's `Visit` of the forward loop, or with `backward` of
     the BPTT loop, which walks the forward order back. A direction's order
     is its `reverse`, or the bool tensor `orders[k]` of a loop built for
-    either order (`layout._orders`). With a run-time order the span's
-    `first` is then a tensor even without a mask, so that `_at` reads by
+    either order (`layout.runtime_orders`). With a run-time order the span's
+    `first` is then a tensor even without a mask, so that `read_at` reads by
     gather: XLA takes a strided slice's start as a compile-time constant,
     and would make the order one and compile the loop once per direction."""
-    visiting = []
+    visits = []
     for d, order in zip(directions, orders or [None] * len(directions)):
         if order is not None:
             stride = 1 - 2 * tf.cast(order, span.count.dtype)
@@ -66,8 +66,8 @@ def _visiting(directions, span: _Span, orders=None, backward: bool = False) -> T
             base, stride = _plus(span.first, span.count - 1), -1
         else:
             base, stride = span.first, 1
-        visiting.append(_Visit(base, stride))
-    return visiting, span
+        visits.append(Visit(base, stride))
+    return visits, span
 
 
 def _plus(base, offset):
@@ -75,14 +75,14 @@ def _plus(base, offset):
     return offset if isinstance(base, int) and base == 0 else base + offset
 
 
-def _span(mask: Optional[tf.Tensor], steps) -> _Span:
+def visited_span(mask: Optional[tf.Tensor], steps) -> Span:
     """Every position without a mask; with one, the positions from the first
     that some row has valid to the last (at least one). A step masked in
     every row changes no state and outputs zeros, so skipping it is exact:
     a batch padded beyond its longest row, or to a time bucket
     (`bucketing`), costs no steps for the padding."""
     if mask is None:
-        return _Span(0, steps)
+        return Span(0, steps)
     positions = tf.range(steps)
     any_valid = tf.reduce_any(mask, axis=0)
     first = tf.reduce_min(tf.where(any_valid, positions, steps))
@@ -90,27 +90,27 @@ def _span(mask: Optional[tf.Tensor], steps) -> _Span:
     # No valid step at all: one masked step, so that every loop writes
     # something (a plain TensorArray with nothing written cannot be stacked).
     first = tf.where(last < 0, 0, first)
-    return _Span(first, tf.maximum(last + 1 - first, 1))
+    return Span(first, tf.maximum(last + 1 - first, 1))
 
 
-def _visits_all(span: _Span) -> bool:
+def _visits_all(span: Span) -> bool:
     return isinstance(span.first, int) and span.first == 0
 
 
-def _time_index(visit: _Visit, i):
+def time_index(visit: Visit, i):
     """The position a direction visits at iteration `i` of the loop its
-    `_Visit` was made for (`_visiting`)."""
+    `Visit` was made for (`visiting`)."""
     if visit.runtime:
         return visit.base + visit.stride * i
     return visit.base - i if visit.descending else _plus(visit.base, i)
 
 
-def _at(sequence_tm: tf.Tensor, t, span: _Span, xla: bool) -> tf.Tensor:
+def read_at(sequence_tm: tf.Tensor, t, span: Span, *, xla: bool) -> tf.Tensor:
     """Position `t` of a time-major sequence: a gather, one op where a
     strided slice at a tensor position takes four (its bounds packed), except
     in a loop XLA compiles that visits every position at fixed positions.
-    When `t` depends on the mask (`_span`) or on a run-time order
-    (`_visiting`), XLA needs the gather too: it would take the strided
+    When `t` depends on the mask (`visited_span`) or on a run-time order
+    (`visiting`), XLA needs the gather too: it would take the strided
     slice's start as needing a constant, turn the mask (or the order) into
     one and compile the loop again for every new mask."""
     if _visits_all(span) and xla:
@@ -118,15 +118,15 @@ def _at(sequence_tm: tf.Tensor, t, span: _Span, xla: bool) -> tf.Tensor:
     return tf.gather(sequence_tm, t)
 
 
-def _in_time_order(stacked_tm: tf.Tensor, visit: _Visit, span: _Span, steps,
+def in_time_order(stacked_tm: tf.Tensor, visit: Visit, span: Span, steps,
                    mask_tm: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The outputs the forward loop wrote (`stacked_tm`, time-major; at its
-    iterations `i`, or at their positions, `_output_index`), each at its
-    input position (`_time_index`), zeros
+    iterations `i`, or at their positions, `output_index`), each at its
+    input position (`time_index`), zeros
     where `mask_tm` (`[T, B, units]`) is False: the loop wrote a masked
     step's carried state, and zeroing every masked position once here
     costs two ops per call instead of two per step. Positions the loop
-    skipped (`_span`) are masked in every row, so zeros too.
+    skipped (`visited_span`) are masked in every row, so zeros too.
 
     The loop writes its outputs at the iteration, not at the position:
     converters that turn the loop into an ONNX `Loop` (tf2onnx) make every
@@ -136,51 +136,51 @@ def _in_time_order(stacked_tm: tf.Tensor, visit: _Visit, span: _Span, steps,
     a batch padded beyond its longest row came out that much shorter.
     Exact in TensorFlow: a reverse, or a gather, and a select."""
     if visit.runtime:
-        ordered = stacked_tm  # written at the positions (`_output_index`)
+        ordered = stacked_tm  # written at the positions (`output_index`)
     elif _visits_all(span):
         ordered = tf.reverse(stacked_tm, [0]) if visit.descending else stacked_tm
     else:
         positions = tf.range(steps)
-        # The loop's first position is the visit's base (`_visiting`).
+        # The loop's first position is the visit's base (`visiting`).
         iteration = visit.base - positions if visit.descending else positions - visit.base
         # Clipped into the iterations run: a converted loop's stack has only those.
         ordered = tf.gather(stacked_tm, tf.clip_by_value(iteration, 0, span.count - 1))
     return ordered if mask_tm is None else tf.where(mask_tm, ordered, tf.zeros_like(ordered))
 
 
-def _output_index(visit: _Visit, i, t):
+def output_index(visit: Visit, i, t):
     """Where the forward loop writes iteration `i`'s output (at position
-    `t`): at the iteration (`_in_time_order` says why), except in a loop
-    whose order is a tensor (`_Visit`), which writes at the position and
+    `t`): at the iteration (`in_time_order` says why), except in a loop
+    whose order is a tensor (`Visit`), which writes at the position and
     needs no reordering: such loops are functions run in process, never
     the exported ones a converter reads."""
     return t if visit.runtime else i
 
 
-def _visited(sequence_tm: tf.Tensor, span: _Span) -> tf.Tensor:
+def only_visited(sequence_tm: tf.Tensor, span: Span) -> tf.Tensor:
     """The time-major sequence at the positions the loops visited."""
     if _visits_all(span):
         return sequence_tm
-    visited = tf.slice(sequence_tm, tf.stack([span.first, 0, 0]), tf.stack([span.count, -1, -1]))
-    return _with_static_shape(visited, [None] + sequence_tm.shape[1:].as_list())
+    part = tf.slice(sequence_tm, tf.stack([span.first, 0, 0]), tf.stack([span.count, -1, -1]))
+    return with_static_shape(part, [None] + sequence_tm.shape[1:].as_list())
 
 
-def _padded_to_all(sequence_tm: tf.Tensor, span: _Span, steps) -> tf.Tensor:
-    """`_visited`'s inverse: zeros at the positions the loops skipped."""
+def padded_to_all(sequence_tm: tf.Tensor, span: Span, steps) -> tf.Tensor:
+    """`only_visited`'s inverse: zeros at the positions the loops skipped."""
     if _visits_all(span):
         return sequence_tm
     return tf.pad(sequence_tm, [[span.first, steps - span.first - span.count], [0, 0], [0, 0]])
 
 
-def _array(like: tf.Tensor, steps) -> tf.TensorArray:
+def tensor_array(like: tf.Tensor, steps) -> tf.TensorArray:
     return tf.TensorArray(like.dtype, size=steps, element_shape=like.shape)
 
 
 Reads = List[Tuple[tf.Tensor, bool]]
 
 
-def _time_loop(span: _Span, steps, read: Callable[[Any], Reads], body: Callable, state, lowered: Optional[bool] = None,
-               bounded: bool = True):
+def time_loop(span: Span, steps, read: Callable[[Any], Reads], body: Callable, state, *,
+              lowered: Optional[bool] = None, bounded: bool = True):
     """`tf.while_loop` over `i` in `[0, span.count)`; `body(i, current, state)`
     gets `current`, the step's slices. `read(i)` returns them as
     `(slice, in_step)` pairs: each is sliced inside the step or read one

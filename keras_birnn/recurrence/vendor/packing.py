@@ -1,6 +1,6 @@
-"""Packing a masked batch for the fused engines, in `keras.ops`.
+"""Packing a masked batch for the vendor engines, in `keras.ops`.
 
-A fused recurrent kernel (PyTorch's, cuDNN's) runs each row over its first
+A vendor recurrent kernel (PyTorch's, cuDNN's) runs each row over its first
 `length` steps. A mask of any pattern (right or left padding, holes, rows
 without a valid step) maps onto that exactly: each row's valid steps move
 to the front, in time order (a forward direction) or in reverse time order
