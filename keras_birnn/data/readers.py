@@ -540,15 +540,9 @@ def parse_tagged_lines(text: str, source: str = "<string>", delimiter: str = "\t
 
 
 def read_tagged_lines(path: PathLike, delimiter: str = "\t", encoding: str = "utf-8") -> List[Columns]:
-    """Reads a file of one sentence a line with its tags (`parse_tagged_lines`).
-
-    Args:
-        path: The file.
-        delimiter: What separates the tokens from the tags.
-        encoding: The file's encoding (bytes it cannot decode: DataFormatError).
-
-    Returns:
-        A list of `{"tokens": [...], "tags": [...]}`, one per sentence.
+    """`parse_tagged_lines` on the file at `path`, decoded with `encoding`
+    (bytes it cannot decode: DataFormatError), `delimiter` between the
+    tokens and the tags; a list of `{"tokens": [...], "tags": [...]}`.
 
     Example:
 

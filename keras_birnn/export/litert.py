@@ -30,17 +30,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_birnn.config import for_export, lockstep_directions, no_empty_case, rows_kept
-from keras_birnn.export.signatures import (
-    INPUTS_KEY,
-    LENGTHS_KEY,
-    call_with_lengths,
-    check_sequence_spec,
-    model_input_spec,
-    named_outputs,
-    padding_marker,
-    probe_lengths,
-    quiet_model_mask_warning,
-)
+from keras_birnn.export.signatures import (INPUTS_KEY, LENGTHS_KEY, call_with_lengths, check_sequence_spec,
+                                           model_input_spec, named_outputs, padding_marker, probe_lengths,
+                                           quiet_model_mask_warning)
 from keras_birnn.tf_internal import flatten_layers
 
 _OFF_SWITCH = "lengths=False"
