@@ -364,18 +364,18 @@ def onnx_artifacts(models, workdir, batch, cache) -> List[Artifact]:
         path = cache.get(f"savedmodel_{peer}") or export_peer_saved_model(peer, models[peer], workdir)
         return onnx_from_saved_model(path, peer == "kb")
 
-    def from_fused_saved_model():
+    def from_lockstep_saved_model():
         # One loop for both directions: onnxruntime's default session runs
         # one node at a time, so a loop per direction overlaps nothing there.
         with kb.lockstep_directions():
-            path = kb.export_saved_model(models["kb"], os.path.join(workdir, f"{models['kb'].name}_fused"), version=1)
+            path = kb.export_saved_model(models["kb"], os.path.join(workdir, f"{models['kb'].name}_lockstep"), version=1)
         return onnx_from_saved_model(path, True)
 
     how = "tf2onnx from_graph_def(serving_default of its SavedModel), opset 17"
     return [
         attempt(Artifact("kb", how), lambda: from_saved_model("kb")),
         attempt(Artifact("kb", how.replace("its SavedModel", "a SavedModel exported under kb.lockstep_directions()")),
-                from_fused_saved_model),
+                from_lockstep_saved_model),
         attempt(Artifact("keras", how), lambda: from_saved_model("keras")),
         attempt(Artifact("keras", "tf2onnx.convert.from_keras(model), opset 17"),
                 lambda: onnx_from_keras(models["keras"])),

@@ -148,9 +148,11 @@ print(json.dumps({label: {"load_seconds": p["load"], "batch1_ms": 1000 * statist
 """
 
 
-def example_command(example, layers, args, report, out):
+def example_command(example, layers, args, report, out, code=REPO):
+    """The example's command line; `code` is the checkout whose examples run
+    (the baseline runs its own, which import its own package)."""
     if example == "pos":
-        command = [os.path.join(REPO, "examples", "pos_tagging.py"), "--train", args.train, "--dev", args.dev,
+        command = [os.path.join(code, "examples", "pos_tagging.py"), "--train", args.train, "--dev", args.dev,
                    "--variants", args.pos_variant, "--out", out]
         if args.max_train_sentences:
             command += ["--max-train-sentences", str(args.max_train_sentences)]
@@ -166,7 +168,7 @@ def example_command(example, layers, args, report, out):
             command += ["--epochs", str(args.demo_epochs)]
         return [sys.executable] + command + ["--layers", _library(layers), "--report-json", report, "--quiet"]
     else:
-        command = [os.path.join(REPO, "examples", "sentence_classification.py"),
+        command = [os.path.join(code, "examples", "sentence_classification.py"),
                    "--variants", args.classifier_variant, "--patience", str(args.epochs + 1)]
         if args.max_sentences:
             command += ["--max-sentences", str(args.max_sentences)]
@@ -204,7 +206,7 @@ def measure(example, layers, args, workdir):
     tag = f"{example}_{layers}_{len(os.listdir(workdir))}"
     report, out = os.path.join(workdir, f"{tag}.json"), os.path.join(workdir, tag)
     code = args.baseline if layers == "base" else REPO
-    _, error, seconds = run_child(example_command(example, layers, args, report, out), args.timeout, code)
+    _, error, seconds = run_child(example_command(example, layers, args, report, out, code), args.timeout, code)
     if error is not None:
         return None, error
     with open(report, encoding="utf-8") as f:

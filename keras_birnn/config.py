@@ -187,8 +187,9 @@ def _with_new_names(changes: dict) -> dict:
         if old in renamed:
             warnings.warn(f"configure_loops({old}=...) is deprecated and will be removed after this release; "
                           f"use configure_loops({new}=...).", DeprecationWarning, stacklevel=4)
-            renamed.setdefault(new, renamed[old])
-            del renamed[old]
+            if new in renamed:
+                raise TypeError(f"configure_loops() received both `{old}` (deprecated) and `{new}`: pass `{new}` only.")
+            renamed[new] = renamed.pop(old)
     return renamed
 
 

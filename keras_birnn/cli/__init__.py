@@ -1,0 +1,2 @@
+"""What the demo and the example scripts share (`arguments`: argument
+checks, the epoch timer, tf.data options). Not imported by the layers."""

@@ -13,7 +13,6 @@ This module also owns how the decoded tags carry the scores to the loss
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 import keras
@@ -325,9 +324,15 @@ def attach_scores(tags, scores: CRFScores) -> None:
     """Attaches `scores` to the tensor `tags` for `crf_scores`, the way Keras
     attaches a mask to a layer's output (`tf_internal.set_tensor_attribute`:
     an attribute, or Keras's own store by tensor for JAX's tracers, which
-    take none). Each replica of a distributed step gets its own tensors,
-    so its own scores."""
-    tf_internal.set_tensor_attribute(tags, SCORES_ATTRIBUTE, scores)
+    take none; that store is per thread and emptied by
+    `keras.backend.clear_session()`). Each replica of a distributed step
+    gets its own tensors, so its own scores. A tensor that takes neither an
+    attribute nor a weak reference gets none: decoding still works, and
+    `crf_scores` says how to train then."""
+    try:
+        tf_internal.set_tensor_attribute(tags, SCORES_ATTRIBUTE, scores)
+    except TypeError:  # no weak reference: nothing could drop the entry
+        pass
 
 
 def attached_scores(y_pred) -> Optional[CRFScores]:
@@ -348,31 +353,3 @@ def crf_scores(y_pred) -> CRFScores:
             "custom training step."
         )
     return scores
-
-
-
-# --- names that moved to their own modules --------------------------------------
-
-_MOVED = {
-    **{name: "keras_birnn.crf.maths" for name in (
-        "forward_scores", "backward_scores", "log_partition", "path_score",
-        "negative_log_likelihood", "viterbi_decode", "marginals")},
-    "iob2_allowed": "keras_birnn.crf.schemes",
-    "CRFLoss": "keras_birnn.crf.loss",
-}
-
-
-def __getattr__(name: str):
-    """The names this module held before `maths`, `schemes` and `loss` got
-    them: still served, with a DeprecationWarning naming the new home."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    warnings.warn(
-        f"keras_birnn.crf.layer.{name} is deprecated: use {_MOVED[name]}.{name} "
-        f"(or keras_birnn.crf.{name}).",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(importlib.import_module(_MOVED[name]), name)

@@ -267,7 +267,7 @@ class Bidirectional(LoopReporting, keras.layers.Layer):
         """
         forward_init, backward_init = self._split_initial_state(initial_state)
         # Padding zeroed once: without input dropout both directions then read
-        # one tensor, which lets a fused engine run them as one kernel call.
+        # one tensor, which lets a vendor engine run them as one kernel call.
         inputs = zero_padding(inputs, mask)
         return tuple(recurrence.run(
             [

@@ -4,7 +4,8 @@ engine and a plan are.
 A direction is a cell's pure step maths, its weights as tensors of the
 backend, its per-step inputs and its initial states. A `Call` holds the
 directions of one call of the loop and how they are to be run. An
-`Engine` (the TensorFlow one, `recurrence.tensorflow`; the scan engine,
+`Engine` (the TensorFlow engine, `recurrence.tensorflow` behind
+`engine.TensorFlowEngine`; the scan engine,
 `recurrence.scan`; a vendor engine, `recurrence.vendor`) says whether it
 can run a call and runs it, returning one `DirectionResult` per direction
 and recording the `Plan` it followed for `loop_report()`.

@@ -310,21 +310,21 @@ def _loop_variables(fn, *args) -> dict:
 
 
 @pytest.mark.slow(reason="compiles every loop layout, ~14 s")
-@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
-def test_graph_loop_layouts(compiled_loops, fused):
+@pytest.mark.parametrize("lockstep", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
+def test_graph_loop_layouts(compiled_loops, lockstep):
     """In a graph each direction is its own compiled loop (TensorFlow runs
     the two at the same time); under `kb.lockstep_directions()` one loop
     advances both. Both layouts give the oracle's outputs and BPTT gradients."""
     case = make_case("lstm", "concat", seed=10, return_sequences=True, return_state=True)
     spec = UNKNOWN_SIZES
-    layout = kb.lockstep_directions() if fused else contextlib.nullcontext()
+    layout = kb.lockstep_directions() if lockstep else contextlib.nullcontext()
     with layout:
         infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=spec)
         # An unknown batch size leaves both inference loops in the graph (a
         # tf.cond picks one by the step's size, see
         # test_inference_loop_variants), which both directions share (their
-        # order is a tensor); the fused loop has one variant.
-        assert len(_compiled_functions(infer, *spec)) == (1 if fused else 2)
+        # order is a tensor); the lockstep loop has one variant.
+        assert len(_compiled_functions(infer, *spec)) == (1 if lockstep else 2)
         assert_all_close(to_numpy(infer(case.x, MASK)), case.oracle(MASK))
         d_output = case.random_d_output()
         grads = case.tf_grads(d_output, MASK, graph=True, training=True)
@@ -367,9 +367,9 @@ def _training_loop_variables(layer) -> dict:
 
 
 @pytest.mark.slow(reason="XLA-compiles the training loops, ~15 s")
-@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
+@pytest.mark.parametrize("lockstep", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
 @pytest.mark.parametrize("cell", ["gru_reset_after", "gru_reset_before", "lstm", "simple_tanh"])
-def test_training_loop_reads(loop_settings, cell, fused):
+def test_training_loop_reads(loop_settings, cell, lockstep):
     """The training loops' per-step reads: sliced in the step inside XLA,
     read one iteration ahead as loop-carried values without it. Both give
     the oracle's BPTT gradients, masked, with unknown batch and time sizes,
@@ -379,7 +379,7 @@ def test_training_loop_reads(loop_settings, cell, fused):
     traced inline, one per direction. (Plain loops in their lowered form
     only: test_plain_loop_forms has both.)"""
     case = make_case(cell, "concat", seed=13, return_sequences=True)
-    layout = kb.lockstep_directions if fused else contextlib.nullcontext
+    layout = kb.lockstep_directions if lockstep else contextlib.nullcontext
     d_output = case.random_d_output()
     carried = {}
     for xla in (True, False):
@@ -390,7 +390,7 @@ def test_training_loop_reads(loop_settings, cell, fused):
         case.assert_grads_match(grads, case.oracle_grads(d_output, MASK))
     for phase in ("forward", "bptt"):
         in_step, ahead = carried[True][phase], carried[False][phase]
-        assert len(in_step) == 1 and len(ahead) == (1 if fused else 2), carried
+        assert len(in_step) == 1 and len(ahead) == (1 if lockstep else 2), carried
         assert all(in_step[0] < b for b in ahead), carried
 
 
@@ -470,10 +470,10 @@ def _while_lowering(fn, *args) -> list:
     return flags
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
+@pytest.mark.parametrize("lockstep", [False, True], ids=["one_loop_per_direction", "lockstep_directions"])
 @pytest.mark.parametrize("how", ["xla_disabled", "counted_plain_form", "uncounted_inference"])
 @pytest.mark.parametrize("limit", [0, 10**12], ids=["lowered", "functional"])
-def test_plain_loop_forms(loop_switch, how, limit, fused):
+def test_plain_loop_forms(loop_switch, how, limit, lockstep):
     """Plain TensorFlow loops run as functional `While` ops for small steps
     and lowered for large ones (`compiled._loop`): both forms give the
     oracle's outputs and BPTT gradients with a mask and unknown batch and
@@ -485,7 +485,7 @@ def test_plain_loop_forms(loop_switch, how, limit, fused):
     loop_switch(xla=how != "xla_disabled", functional_step_limit=limit)
     case = make_case("gru_reset_after", "concat", seed=15, return_sequences=True)
     never = kb.compilation(compile_after=10**9)
-    layout = kb.lockstep_directions() if fused else contextlib.nullcontext()
+    layout = kb.lockstep_directions() if lockstep else contextlib.nullcontext()
     with layout, never if how == "counted_plain_form" else contextlib.nullcontext():
         infer = tf.function(lambda x, mask: case.layer(x, mask=mask), input_signature=UNKNOWN_SIZES)
         expected = {True} if limit == 0 else {True, False}
@@ -505,10 +505,10 @@ def test_plain_loop_forms(loop_switch, how, limit, fused):
             return tape.gradient(total, case.layer.trainable_variables)
 
         flags = _while_lowering(gradients, *UNKNOWN_SIZES)
-        # At least a forward and a BPTT loop: the fused one, or one per
+        # At least a forward and a BPTT loop: the lockstep one, or one per
         # direction (inline under xla_disabled), or one both directions
         # share (the counted path's functions).
-        assert set(flags) == expected and len(flags) >= (4 if how == "xla_disabled" and not fused else 2), flags
+        assert set(flags) == expected and len(flags) >= (4 if how == "xla_disabled" and not lockstep else 2), flags
 
 
 def test_plain_loop_form_chosen_by_step_size(loop_switch):

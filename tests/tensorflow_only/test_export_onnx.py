@@ -80,8 +80,8 @@ def test_plain_from_keras_is_exact(head):
         np.testing.assert_allclose(served, model(batch).numpy(), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["loop_per_direction", "lockstep_directions"])
-def test_onnx_matches_keras_on_both_signatures(tmp_path, fused):
+@pytest.mark.parametrize("lockstep", [False, True], ids=["loop_per_direction", "lockstep_directions"])
+def test_onnx_matches_keras_on_both_signatures(tmp_path, lockstep):
     """Exported as TF Serving gets it (a loop per direction) and under
     `kb.lockstep_directions()` (one loop, which onnxruntime runs faster:
     docs/deploy.md): both convert to as many ONNX `Loop`s and serve Keras's
@@ -89,9 +89,9 @@ def test_onnx_matches_keras_on_both_signatures(tmp_path, fused):
     keras.utils.set_random_seed(0)
     features = keras.Input((None, F))
     model = keras.Model(features, kb.Bidirectional(kb.GRUCell(U), return_sequences=True)(features))
-    with kb.lockstep_directions() if fused else contextlib.nullcontext():
+    with kb.lockstep_directions() if lockstep else contextlib.nullcontext():
         path = kb.export_saved_model(model, tmp_path, version=1)
-    assert _loops(_convert(path, SIGNATURE_UNPADDED).graph) == (1 if fused else 2)
+    assert _loops(_convert(path, SIGNATURE_UNPADDED).graph) == (1 if lockstep else 2)
     rng = np.random.default_rng(0)
 
     unpadded = _session(path, SIGNATURE_UNPADDED)
