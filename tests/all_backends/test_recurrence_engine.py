@@ -211,6 +211,14 @@ def test_the_deprecated_fused_kernels_setting_warns_and_still_works():
         _assert_tensorflow_plans(plans)
 
 
+def test_old_and_new_setting_names_together_are_refused():
+    with pytest.raises(TypeError, match="both `fused_kernels`.*`vendor_kernels`"):
+        with pytest.warns(DeprecationWarning):
+            with kb.configure_loops(fused_kernels=False, vendor_kernels=True):
+                pass
+    assert kb.loop_config().vendor_kernels is True
+
+
 # --- what is imported -----------------------------------------------------------
 
 
