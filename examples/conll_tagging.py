@@ -8,9 +8,10 @@ of Ma and Hovy 2016 with --char-encoder cnn; --depth stacked BiLSTMs;
 --feature-columns as extra embedded inputs; --embeddings: pretrained
 vectors through `load_vectors`), `SpanF1` (training logs conlleval's span
 F1 for IOB2 tag sets), `span_scores` (the dev score) and `export_tagger`.
-What stays here is the data: reading the files, word dropout (each known
-word's id becomes the OOV id with probability --word-dropout in training),
-length-bucketed batches, and the Keras twin (--layers keras: the same
+What stays here is the data: reading the files, feeding word dropout
+(each known word's id becomes the OOV id with probability --word-dropout
+in training) and length-bucketed batches (`keras_birnn.tagging.batching`)
+to `fit`, and the Keras twin (--layers keras: the same
 model, its recurrent layers converted to keras.layers by
 `kb.to_keras_bidirectional`, same weights; Keras has no CRF nor masked
 max pooling, so kb.CRF and the CNN encoder stay).

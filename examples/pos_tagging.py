@@ -42,7 +42,8 @@ every word of the reshaped batch), the same weights, so the same
 probabilities at every word (tests/tensorflow_only/test_examples_twins.py).
 
 This module also holds what examples/conll_tagging.py shares: `Encoded`
-(sentences as ids once, length-bucketed batches, word dropout),
+(sentences as ids once; length-bucketed batches and word dropout by
+`keras_birnn.tagging.batching`),
 `dataset`, `keras_twin` and `predict_ids`.
 """
 
@@ -73,6 +74,8 @@ from keras_birnn.cli.arguments import (  # noqa: E402
 )
 from keras_birnn.data.readers import read_conllu  # noqa: E402
 from keras_birnn.tagging import TokenEncoder, build_tagger, export_tagger, load_vectors, pad_tokens  # noqa: E402
+from keras_birnn.tagging import batching  # noqa: E402
+from keras_birnn.tagging.batching import bucket_batches  # noqa: E402
 
 EWT = ("ud_english_ewt", "en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu")  # keras_birnn.data.downloads
 VARIANTS = ("gru", "bigru", "bilstm", "bilstm2")
@@ -124,11 +127,7 @@ class Encoded:
 
     def batches(self, batch_size: int, rng: Optional[np.random.Generator] = None, word_dropout: float = 0.0) -> list:
         """Length-bucketed batches; with `rng` jittered, shuffled and with word dropout (a new draw each call)."""
-        keys = self.lengths + (rng.uniform(0, 3, len(self)) if rng is not None else 0)
-        order = np.argsort(keys, kind="stable")
-        groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
-        if rng is not None:
-            rng.shuffle(groups)
+        groups = bucket_batches(self.lengths, batch_size, rng)
         return [drop_words(self.batch(g), word_dropout, rng) for g in groups]
 
 
@@ -137,8 +136,7 @@ def drop_words(batch: tuple, rate: float, rng: Optional[np.random.Generator]) ->
     if rate <= 0 or rng is None:
         return batch
     (words, *others), labels = batch
-    drop = (words > OOV_ID) & (rng.random(words.shape) < rate)
-    return (np.where(drop, OOV_ID, words).astype(np.int32), *others), labels
+    return (batching.drop_words(words, rate, rng), *others), labels
 
 
 def dataset(batches: Union[list, Callable[[], list]], sample: Optional[tuple] = None,

@@ -7,7 +7,7 @@ so a client needs neither Keras nor keras_birnn:
 
     serving_default(inputs: string [batch, time], "" = padding)
         -> tags: string [batch, time]        ("" at padding)
-           tag_ids: int32 [batch, time]       (0 at padding)
+           tag_ids: int32 [batch, time]       (-1 at padding)
            confidence: float32 [batch, time]  (0 at padding)
 
 Confidence: with a CRF head, the marginal probability of the chosen tag
@@ -26,6 +26,8 @@ PyTorch, save a `.keras` file and export it in a TensorFlow process.
 
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Optional, Sequence
 
 import keras
@@ -37,18 +39,21 @@ from keras_birnn.tagging.encoder import TokenEncoder
 if backend.IS_TENSORFLOW:
     import tensorflow as tf
 
-    from keras_birnn.export.saved_model import export_saved_model
+    from keras_birnn.export.saved_model import export_saved_model, next_version
 
 OUTPUT_KEYS = ("tags", "tag_ids", "confidence")
+PADDING_ID = -1  # the served `tag_ids` at padding (tag id 0 is a real tag)
 
 
-def _crf_head(model: keras.Model) -> Optional[CRF]:
+def crf_head(model: keras.Model) -> Optional[CRF]:
     """The model's CRF layer when its output is the CRF's tags, else None."""
     last = model.layers[-1] if model.layers else None
     return last if isinstance(last, CRF) else None
 
 
-def _check_model(model, encoder, tags) -> None:
+def check_tagger_model(model, encoder, tags) -> None:
+    """Raises unless `model` is a `build_tagger` model (inputs `words` and
+    optionally `chars`) whose output fits `tags`, and `encoder` a `TokenEncoder`."""
     if not isinstance(model, keras.Model):
         raise TypeError(f"`model` must be a keras.Model (e.g. from build_tagger), received {model!r}.")
     if not isinstance(encoder, TokenEncoder):
@@ -60,10 +65,40 @@ def _check_model(model, encoder, tags) -> None:
             f"without `features`), received inputs {names}; export a model with more inputs with "
             "keras.export.ExportArchive."
         )
-    crf = _crf_head(model)
+    crf = crf_head(model)
     width = crf.num_tags if crf is not None else model.outputs[0].shape[-1]
     if isinstance(tags, (str, bytes)) or not all(isinstance(t, str) for t in tags) or len(tags) != width:
         raise ValueError(f"`tags` must be the model's {width} tag names, received {tags!r}.")
+
+
+def claim_version(path: str, version: Optional[int], overwrite: bool) -> int:
+    """The version folder an export writes: `version`, or the next free integer.
+
+    Args:
+        path: The model's base folder.
+        version: A positive int, or None for one more than the highest
+            existing integer folder (1 in a new folder).
+        overwrite: Whether an existing version folder may be replaced; it
+            then is, with a warning that says so.
+
+    Returns:
+        The version number.
+
+    Raises:
+        FileExistsError: `path/<version>/` exists and `overwrite` is False.
+    """
+    version = next_version(path) if version is None else version
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"`version` must be a positive int, received {version!r}.")
+    target = os.path.join(os.fspath(path), str(version))
+    if os.path.exists(target):
+        if not overwrite:
+            raise FileExistsError(
+                f"{target} exists and exported versions are never replaced silently: pass "
+                "version=None for the next free one, another version, or overwrite=True."
+            )
+        warnings.warn(f"Overwriting the exported version {target}.", UserWarning, stacklevel=3)
+    return version
 
 
 class _Serving(keras.Model):
@@ -72,7 +107,7 @@ class _Serving(keras.Model):
     def __init__(self, model: keras.Model, encoder: TokenEncoder, tags: Sequence[str], **kwargs):
         super().__init__(**kwargs)
         self.encoder, self.tag_names = encoder, tuple(tags)
-        self.crf = _crf_head(model)
+        self.crf = crf_head(model)
         self.with_chars = len(model.inputs) == 2
         # One pass gives the model's own output and, for a CRF, its emissions.
         outputs = model.outputs + ([self.crf.input] if self.crf is not None else [])
@@ -89,10 +124,12 @@ class _Serving(keras.Model):
         else:
             probabilities = outputs[0]
             tag_ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        tag_ids = tf.where(valid, tag_ids, 0)  # a real id at padding, for the gathers
         chosen = tf.gather(probabilities, tag_ids, batch_dims=2)
-        tag_ids = tf.where(valid, tag_ids, 0)
         names = tf.where(valid, tf.gather(tf.constant(self.tag_names), tag_ids), "")
-        return {"tags": names, "tag_ids": tag_ids, "confidence": tf.where(valid, tf.cast(chosen, tf.float32), 0.0)}
+        # -1 at padding: 0 is a real tag's id.
+        return {"tags": names, "tag_ids": tf.where(valid, tag_ids, PADDING_ID),
+                "confidence": tf.where(valid, tf.cast(chosen, tf.float32), 0.0)}
 
 
 def export_tagger(
@@ -112,7 +149,7 @@ def export_tagger(
     checked). Its `serving_default` signature takes string tokens
     `inputs` `[batch, time]` ("" = padding; batch and time any size) and
     returns `tags` (string), `tag_ids` (int32) and `confidence` (float32),
-    each `[batch, time]`, with "", 0 and 0 at padding (module docstring).
+    each `[batch, time]`, with "", -1 and 0 at padding (module docstring).
 
     Args:
         model: A tagger from `build_tagger` (inputs `words` and optionally
@@ -145,13 +182,13 @@ def export_tagger(
     >>> serve = tf.saved_model.load(folder).signatures["serving_default"]
     >>> out = serve(inputs=tf.constant(pad_tokens([["Ada", "met"], ["Alan"]])))
     >>> sorted(out), out["tags"].numpy()[1, 1], int(out["tag_ids"][1, 1])
-    (['confidence', 'tag_ids', 'tags'], b'', 0)
+    (['confidence', 'tag_ids', 'tags'], b'', -1)
     """
     if not backend.IS_TENSORFLOW:
         raise backend.tensorflow_only_error(
             "keras_birnn.tagging.export.export_tagger", "export the tagger with export_tagger"
         )
-    _check_model(model, encoder, tags)
+    check_tagger_model(model, encoder, tags)
     serving = _Serving(model, encoder, tags, name="serving_tagger")
     spec = tf.TensorSpec([None, None], tf.string)
     return export_saved_model(

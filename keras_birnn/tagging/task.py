@@ -1,0 +1,82 @@
+"""What the task models share: a `keras.Model` over strings that holds its
+encoder (strings to ids) and its network, saved as one `.keras` file."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+
+from keras_birnn.tagging.batching import DEFAULT_BATCH_SIZE
+
+
+class StringTaskModel(keras.Model):
+    """The `.keras` side of `Tagger` and `SentenceClassifier`: the encoder
+    and the network serialize as nested objects, the names beside them
+    (`names_config`); `from_config` rebuilds the nested objects first."""
+
+    def names_config(self) -> dict:
+        """The subclass's own constructor arguments (its tag or label names)."""
+        return {}
+
+    def get_config(self) -> dict:
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "encoder": keras.saving.serialize_keras_object(self.encoder),
+            "network": keras.saving.serialize_keras_object(self.network),
+        }
+        config.update(self.names_config())
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict):
+        config = dict(config)
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        config["network"] = keras.saving.deserialize_keras_object(config["network"])
+        return cls(**config)
+
+    # Subclasses say which inputs are theirs and how they become batches.
+    def takes_strings(self, x) -> bool:
+        """Whether `x` is this model's string input (else Keras's own)."""
+        raise NotImplementedError
+
+    def strings_dataset(self, x, y, batch_size: int, word_dropout: float = 0.0, shuffle: bool = True,
+                        seed: Optional[int] = None):
+        """`x` and `y` as a length-bucketed `tf.data.Dataset` in model-input form."""
+        raise NotImplementedError
+
+    def fit(self, x=None, y=None, batch_size: Optional[int] = None, epochs: int = 1, *,
+            word_dropout: float = 0.0, validation_data=None, seed: Optional[int] = None, **kwargs):
+        """Trains on strings `x` and their names `y` (or on Keras's own inputs).
+
+        Compiles with `compile()`'s defaults first if not compiled.
+
+        Args:
+            x: Strings (the subclass's form: token lists or texts), or
+                anything Keras's `fit` takes (a `tf.data.Dataset` keeps its order).
+            y: Their tags or labels, as strings.
+            batch_size: Items per batch (default 32).
+            epochs: Passes over the data.
+            word_dropout: With strings: the probability that a known word id
+                becomes OOV in training.
+            validation_data: `(strings, names)` or Keras's.
+            seed: With strings: seed of the batches' jitter, shuffle and
+                word dropout.
+            **kwargs: Keras's `fit` arguments (`callbacks`, `verbose`...).
+
+        Returns:
+            Keras's `History`.
+        """
+        if not self.compiled:
+            self.compile()
+        if hasattr(x, "element_spec"):  # a tf.data.Dataset: its order is its own
+            kwargs.setdefault("shuffle", False)
+        if not self.takes_strings(x):
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs, validation_data=validation_data, **kwargs)
+        batch_size = batch_size or DEFAULT_BATCH_SIZE
+        data = self.strings_dataset(x, y, batch_size, word_dropout, shuffle=True, seed=seed)
+        if validation_data is not None and self.takes_strings(validation_data[0]):
+            validation_data = self.strings_dataset(*validation_data, batch_size=batch_size, shuffle=False)
+        kwargs["shuffle"] = False  # the dataset shuffles its batches itself
+        return super().fit(data, epochs=epochs, validation_data=validation_data, **kwargs)
