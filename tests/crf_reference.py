@@ -199,3 +199,29 @@ EXAMPLE_TAGS = {
     "iob1": ["O", "B-A", "I-A", "B-B", "I-B"],
     "bioes": ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "I-B", "E-B", "S-B"],
 }
+
+
+def central_differences(loss, values, step=1e-5):
+    """d loss / d each array of `values` (float64), by central differences."""
+    gradients = []
+    for index, value in enumerate(values):
+        numeric = np.zeros_like(value)
+        for pos in np.ndindex(value.shape):
+            shifted = [v.copy() for v in values]
+            shifted[index][pos] += step
+            plus = loss(shifted)
+            shifted[index][pos] -= 2 * step
+            numeric[pos] = (plus - loss(shifted)) / (2 * step)
+        gradients.append(numeric)
+    return gradients
+
+
+def random_iob2_tags(rng, rows, time):
+    """`[rows, time]` int32 tags over ("O", "B-X", "I-X") = (0, 1, 2) that
+    keep IOB2 (an I-X only after B-X or I-X), drawn from `rng`."""
+    tags = np.zeros((rows, time), "int32")
+    for b in range(rows):
+        for t in range(time):
+            previous = tags[b, t - 1] if t else 0
+            tags[b, t] = rng.choice([0, 1, 2]) if previous else rng.choice([0, 1])
+    return tags

@@ -187,21 +187,6 @@ def test_zero_time_steps():
 # --- gradients ----------------------------------------------------------------
 
 
-def central_differences(loss, values, step=1e-5):
-    """d loss / d each array of `values` (float64), by central differences."""
-    gradients = []
-    for index, value in enumerate(values):
-        numeric = np.zeros_like(value)
-        for pos in np.ndindex(value.shape):
-            shifted = [v.copy() for v in values]
-            shifted[index][pos] += step
-            plus = loss(shifted)
-            shifted[index][pos] -= 2 * step
-            numeric[pos] = (plus - loss(shifted)) / (2 * step)
-        gradients.append(numeric)
-    return gradients
-
-
 def test_gradients_match_central_differences_of_the_oracle():
     mask = MASK_5x5_HOLES
     e, tags, params, oracle_e, oracle_params = random_case(mask, seed=11)
@@ -210,7 +195,7 @@ def test_gradients_match_central_differences_of_the_oracle():
     def oracle_loss(values):
         return float(row_weights @ ref.nll(values[0], tags, mask, *values[1:]))
 
-    expected = central_differences(oracle_loss, [oracle_e] + oracle_params)
+    expected = ref.central_differences(oracle_loss, [oracle_e] + oracle_params)
     layer = NegativeLogLikelihood(built_crf(params), tags)
     weights = keras.ops.convert_to_tensor(row_weights.astype("float32"))
     value, gradients = value_and_gradients(layer, lambda nll: keras.ops.sum(weights * nll), e, mask)
@@ -232,11 +217,7 @@ def synthetic_batch(rows=32, time=6, seed=0):
     """Features that hint at IOB2-valid tags; rows right-padded (zeros), one
     left-padded."""
     rng = np.random.default_rng(seed)
-    tags = np.zeros((rows, time), "int32")
-    for b in range(rows):
-        for t in range(time):
-            previous = tags[b, t - 1] if t else 0
-            tags[b, t] = rng.choice([0, 1, 2]) if previous else rng.choice([0, 1])
+    tags = ref.random_iob2_tags(rng, rows, time)
     x = np.eye(FEATURES, dtype="float32")[tags] * 2 + rng.normal(scale=0.5, size=(rows, time, FEATURES))
     mask = np.arange(time) < rng.integers(1, time + 1, rows)[:, None]
     mask[0, :2] = False

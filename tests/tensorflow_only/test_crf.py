@@ -131,16 +131,9 @@ def test_gradients_match_finite_differences_of_the_oracle():
         nll = crf_maths.negative_log_likelihood(variables[0], tags, MASK, *variables[1:])
         loss = tf.reduce_sum(weights * nll)
     grads = tape.gradient(loss, variables)
-    values, step = [oracle_e] + oracle_params, 1e-5
-    for index, value in enumerate(values):
-        numeric = np.zeros_like(value)
-        for pos in np.ndindex(value.shape):
-            shifted = [v.copy() for v in values]
-            shifted[index][pos] += step
-            plus = oracle_loss(shifted)
-            shifted[index][pos] -= 2 * step
-            numeric[pos] = (plus - oracle_loss(shifted)) / (2 * step)
-        np.testing.assert_allclose(grads[index].numpy(), numeric, atol=1e-6, rtol=1e-6)
+    expected = ref.central_differences(oracle_loss, [oracle_e] + oracle_params)
+    for grad, numeric in zip(grads, expected):
+        np.testing.assert_allclose(grad.numpy(), numeric, atol=1e-6, rtol=1e-6)
 
     # The float32 layer, NaN in masked slots: finite, exact zeros there, same values.
     crf, e32 = built_crf(3, params), tf.constant(e)
@@ -193,11 +186,7 @@ def synthetic_batch(rows=48, time=6, seed=0):
     """Features that hint at IOB2-valid tags; rows right-padded (zeros), some
     with a hole and one left-padded."""
     rng = np.random.default_rng(seed)
-    tags = np.zeros((rows, time), "int32")
-    for b in range(rows):
-        for t in range(time):
-            previous = tags[b, t - 1] if t else 0
-            tags[b, t] = rng.choice([0, 1, 2]) if previous else rng.choice([0, 1])
+    tags = ref.random_iob2_tags(rng, rows, time)
     x = np.eye(FEATURES, dtype="float32")[tags] * 2 + rng.normal(scale=0.5, size=(rows, time, FEATURES))
     lengths = rng.integers(1, time + 1, rows)
     mask = np.arange(time) < lengths[:, None]
