@@ -207,16 +207,39 @@ def sentence_dataset(encoded: EncodedSentences, make_batch: BatchMaker, batch_si
     Returns:
         A `tf.data.Dataset` with a known cardinality.
     """
-    import tensorflow as tf  # tf.data carries the batches on every backend
-
     rng = np.random.default_rng(seed) if shuffle else None
     count = len(bucket_batches(encoded.lengths, batch_size))
-    sample = make_batch(encoded, np.arange(min(len(encoded.words), 1)), None)
 
     def draw() -> Iterator[tuple]:
         for group in bucket_batches(encoded.lengths, batch_size, rng):
             yield make_batch(encoded, group, rng)
 
+    return batches_dataset(encoded, make_batch, draw, count)
+
+
+def epoch_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int) -> List[np.ndarray]:
+    """The training batches of one epoch, a function of `(seed, epoch)` only.
+
+    `bucket_batches` with a generator seeded by `[seed, epoch]`: a run that
+    resumes at epoch e (or at batch b of it) draws the same batches as one
+    that never stopped. `batch_rng(seed, epoch, b)` seeds batch b's own
+    draws (word dropout) the same way.
+    """
+    return bucket_batches(lengths, batch_size, np.random.default_rng([seed, epoch]))
+
+
+def batch_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The generator of batch `index` of `epoch` (see `epoch_batches`)."""
+    return np.random.default_rng([seed, epoch, index])
+
+
+def batches_dataset(encoded: EncodedSentences, make_batch: BatchMaker, draw: Callable[[], Iterator[tuple]],
+                    count: int):
+    """A `tf.data.Dataset` over what `draw()` yields: `count` batches of
+    `make_batch`'s form (the element spec is taken from a one-sentence batch)."""
+    import tensorflow as tf  # tf.data carries the batches on every backend
+
+    sample = make_batch(encoded, np.arange(min(len(encoded.words), 1)), None)
     spec = tf.nest.map_structure(lambda a: tf.TensorSpec([None] * a.ndim, tf.as_dtype(a.dtype)), sample)
     data = tf.data.Dataset.from_generator(draw, output_signature=spec)
     return data.apply(tf.data.experimental.assert_cardinality(count))

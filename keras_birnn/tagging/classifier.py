@@ -40,7 +40,6 @@ from keras_birnn.tagging.batching import (
     drop_words,
     encode_sentences,
     pad_batch,
-    sentence_dataset,
 )
 from keras_birnn.tagging.encoder import TokenEncoder
 from keras_birnn.tagging.export import claim_version
@@ -194,25 +193,23 @@ class SentenceClassifier(StringTaskModel):
         if getattr(self, "optimizer", None) is not None:
             self.optimizer.build(self.trainable_variables)
 
+    def encode(self, x, y=None) -> EncodedSentences:
+        """Texts (and their labels, as ids) encoded once."""
+        return encode_sentences(self.encoder, tokenize(x), None if y is None else label_ids(y, self.labels))
+
+    def training_batch(self, encoded: EncodedSentences, indices, rng, word_dropout: float = 0.0) -> tuple:
+        """(word ids, label ids) of some texts; word dropout with `rng`."""
+        words = drop_words(pad_batch(encoded, indices, False, LENGTH_MULTIPLE), word_dropout, rng)
+        return words, np.array([encoded.labels[i] for i in indices], np.int32)
+
     def text_dataset(self, texts: Sequence[Text], labels: Sequence[str], batch_size: int = DEFAULT_BATCH_SIZE,
                      word_dropout: float = 0.0, shuffle: bool = True, seed: Optional[int] = None):
-        """Texts and labels as a `tf.data.Dataset` of `(word ids, label ids)`,
-        length-bucketed, with word dropout when shuffling."""
-        encoded = encode_sentences(self.encoder, tokenize(texts), label_ids(labels, self.labels))
-        drop_words(np.zeros(1), word_dropout, None)  # checks the rate
-
-        def batch(e: EncodedSentences, indices, rng) -> tuple:
-            words = drop_words(pad_batch(e, indices, False, LENGTH_MULTIPLE), word_dropout, rng)
-            return words, np.array([e.labels[i] for i in indices], np.int32)
-
-        return sentence_dataset(encoded, batch, batch_size, seed=seed, shuffle=shuffle)
+        """Texts and labels as a `tf.data.Dataset` of `(word ids, label ids)`
+        (`strings_dataset`): length-bucketed, with word dropout when shuffling."""
+        return self.strings_dataset(texts, labels, batch_size, word_dropout, shuffle=shuffle, seed=seed)
 
     def takes_strings(self, x) -> bool:
         return is_texts(x)
-
-    def strings_dataset(self, x, y, batch_size: int, word_dropout: float = 0.0, shuffle: bool = True,
-                        seed: Optional[int] = None):
-        return self.text_dataset(x, y, batch_size, word_dropout, shuffle=shuffle, seed=seed)
 
     def probabilities(self, texts: Sequence[Text], batch_size: Optional[int] = None) -> np.ndarray:
         """Label probabilities `[len(texts), len(labels)]`, in order."""

@@ -33,7 +33,7 @@ from keras_birnn import backend
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.crf import CRFLoss
 from keras_birnn.tagging.batching import (DEFAULT_BATCH_SIZE, LENGTH_MULTIPLE, EncodedSentences, bucket_batches,
-                                          drop_words, encode_sentences, pad_batch, pad_labels, sentence_dataset)
+                                          drop_words, encode_sentences, pad_batch, pad_labels)
 from keras_birnn.tagging.builder import build_tagger
 from keras_birnn.tagging.encoder import PAD_ID, TokenEncoder
 from keras_birnn.tagging.export import check_tagger_model, claim_version, crf_head, export_tagger
@@ -238,7 +238,14 @@ class Tagger(StringTaskModel):
 
     # --- strings to batches --------------------------------------------------
 
-    def _batch(self, encoded: EncodedSentences, indices, rng, word_dropout: float) -> tuple:
+    def encode(self, x, y=None) -> EncodedSentences:
+        """Token lists (and their tags, as ids) encoded once."""
+        if y is None:
+            return encode_sentences(self.encoder, x)
+        check_lengths(x, y)
+        return encode_sentences(self.encoder, x, tag_ids(y, self.tags))
+
+    def training_batch(self, encoded: EncodedSentences, indices, rng, word_dropout: float = 0.0) -> tuple:
         """(inputs, tag ids[, weights]) of some sentences; word dropout with `rng`."""
         inputs = pad_batch(encoded, indices, self.with_chars, LENGTH_MULTIPLE)
         if self.with_chars:
@@ -253,33 +260,13 @@ class Tagger(StringTaskModel):
     def sentence_dataset(self, sentences: Sequence[Sequence[str]], sentence_tags: Sequence[Sequence[str]],
                          batch_size: int = DEFAULT_BATCH_SIZE, word_dropout: float = 0.0,
                          shuffle: bool = True, seed: Optional[int] = None):
-        """Token and tag lists as a `tf.data.Dataset` in model-input form.
-
-        Args:
-            sentences: Token lists.
-            sentence_tags: Their tags (every tag one of `self.tags`).
-            batch_size: Sentences per batch (batches of similar lengths).
-            word_dropout: Probability that a known word becomes OOV (drawn
-                anew at each pass; only with `shuffle`).
-            shuffle: Jitter, shuffle and drop words (training).
-            seed: Seed of those draws.
-
-        Returns:
-            A dataset of `(inputs, tag ids)` (CRF) or `(inputs, tag ids,
-            weights)` (softmax), 0 at padding.
-        """
-        check_lengths(sentences, sentence_tags)
-        encoded = encode_sentences(self.encoder, sentences, tag_ids(sentence_tags, self.tags))
-        drop_words(np.zeros(1), word_dropout, None)  # checks the rate
-        return sentence_dataset(encoded, lambda e, i, rng: self._batch(e, i, rng, word_dropout),
-                                batch_size, seed=seed, shuffle=shuffle)
+        """Token and tag lists as a `tf.data.Dataset` in model-input form:
+        `strings_dataset`, whose batches are `(inputs, tag ids)` (CRF) or
+        `(inputs, tag ids, weights)` (softmax), 0 at padding."""
+        return self.strings_dataset(sentences, sentence_tags, batch_size, word_dropout, shuffle=shuffle, seed=seed)
 
     def takes_strings(self, x) -> bool:
         return is_token_lists(x)
-
-    def strings_dataset(self, x, y, batch_size: int, word_dropout: float = 0.0, shuffle: bool = True,
-                        seed: Optional[int] = None):
-        return self.sentence_dataset(x, y, batch_size, word_dropout, shuffle=shuffle, seed=seed)
 
     # --- predictions ---------------------------------------------------------
 

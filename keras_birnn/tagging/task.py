@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Optional
 
 import keras
+import numpy as np
 
-from keras_birnn.tagging.batching import DEFAULT_BATCH_SIZE
+from keras_birnn.tagging.batching import DEFAULT_BATCH_SIZE, EncodedSentences, drop_words, sentence_dataset
 
 
 class StringTaskModel(keras.Model):
@@ -36,15 +37,40 @@ class StringTaskModel(keras.Model):
         config["network"] = keras.saving.deserialize_keras_object(config["network"])
         return cls(**config)
 
-    # Subclasses say which inputs are theirs and how they become batches.
+    # Subclasses say which inputs are theirs, how they become ids and how ids become batches.
     def takes_strings(self, x) -> bool:
         """Whether `x` is this model's string input (else Keras's own)."""
         raise NotImplementedError
 
-    def strings_dataset(self, x, y, batch_size: int, word_dropout: float = 0.0, shuffle: bool = True,
-                        seed: Optional[int] = None):
-        """`x` and `y` as a length-bucketed `tf.data.Dataset` in model-input form."""
+    def encode(self, x, y=None) -> EncodedSentences:
+        """Strings `x` (and their names `y`, as label ids) encoded once."""
         raise NotImplementedError
+
+    def training_batch(self, encoded: EncodedSentences, indices, rng, word_dropout: float = 0.0) -> tuple:
+        """The `fit` batch of some encoded items: `(inputs, labels[, weights])`,
+        word dropout drawn with `rng` (None: none)."""
+        raise NotImplementedError
+
+    def strings_dataset(self, x, y, batch_size: int = DEFAULT_BATCH_SIZE, word_dropout: float = 0.0,
+                        shuffle: bool = True, seed: Optional[int] = None):
+        """Strings `x` and their names `y` as a `tf.data.Dataset` in model-input form.
+
+        Args:
+            x: The model's strings (token lists or texts).
+            y: Their tags or labels (each one the model knows).
+            batch_size: Items per batch (batches of similar lengths).
+            word_dropout: Probability that a known word becomes OOV (drawn
+                anew at each pass; only with `shuffle`).
+            shuffle: Jitter, shuffle and drop words (training).
+            seed: Seed of those draws.
+
+        Returns:
+            A length-bucketed dataset of `training_batch`'s form.
+        """
+        encoded = self.encode(x, y)
+        drop_words(np.zeros(1), word_dropout, None)  # checks the rate
+        return sentence_dataset(encoded, lambda e, i, rng: self.training_batch(e, i, rng, word_dropout),
+                                batch_size, seed=seed, shuffle=shuffle)
 
     def fit(self, x=None, y=None, batch_size: Optional[int] = None, epochs: int = 1, *,
             word_dropout: float = 0.0, validation_data=None, seed: Optional[int] = None, **kwargs):
