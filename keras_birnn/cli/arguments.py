@@ -17,21 +17,11 @@ import keras
 import tensorflow as tf
 
 from keras_birnn.data import downloads
+from keras_birnn.tagging.batching import without_autotuning  # noqa: F401  (the examples' import)
 
 # `--layers`: keras_birnn's layers, or the same model from Keras's own (the
 # "twin" each example builds, an end-to-end benchmark against them).
 LAYERS = ("kb", "keras")
-
-
-def without_autotuning(data: tf.data.Dataset) -> tf.data.Dataset:
-    """`data` with tf.data's autotuning off. A pipeline of batches made
-    ready in Python has nothing to tune, and with autotuning on TensorFlow
-    2.21 stalled `model.fit` at epoch ends (an iterator's teardown waits
-    on the tuning thread), with Keras's layers as with
-    these (benchmarks/README.md, "Whole models against their Keras twins")."""
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return data.with_options(options)
 
 
 def check_layers(layers: str) -> str:

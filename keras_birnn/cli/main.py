@@ -1,12 +1,20 @@
-"""`keras-birnn`: the command line for data files and saved task models.
+"""`keras-birnn`: the command line for data files and task models.
 
+    keras-birnn train examples/configs/conll2002_ner.toml --run runs/ner
+    keras-birnn train my.toml --run runs/a --set data.train=my.conll --set train.epochs=10
+    keras-birnn train my.toml --run runs/a --resume
     keras-birnn data train.conll --dev dev.conll --scheme iob2
     keras-birnn evaluate ner.keras test.conll
     keras-birnn predict ner.keras test.conll --output-format jsonl
     keras-birnn export ner.keras saved_models/ner --version 3
 
+- `train CONFIG --run DIR [--set key=value ...] [--resume]`: trains the
+  config's model (`keras_birnn.training`) into the run folder DIR: its
+  config.toml, checkpoint/, best.keras, history.csv, metrics.json,
+  report.txt and export/<version>/; one line per epoch.
 - `data FILE [--dev FILE]`: `keras_birnn.data.summary.format_summary` of
   the corpus (counts, labels, scheme violations, dev OOV rates, lengths).
+MODEL below is a run folder (its best.keras) or a `.keras` file.
 - `evaluate MODEL FILE`: a saved `Tagger` or `SentenceClassifier` scored on
   FILE; the metrics as JSON (sorted keys) on stdout.
 - `predict MODEL FILE`: a tagger's tags, CoNLL (token, tag, confidence,
@@ -37,6 +45,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import keras
 
+from keras_birnn import training
 from keras_birnn.data.readers import (DataFormatError, read_conll, read_conllu_column, read_text, read_tsv,
                                       split_fields, split_lines)
 from keras_birnn.data.summary import format_summary, summarize
@@ -48,6 +57,7 @@ FORMATS = ("conll", "conllu", "tsv")
 SCHEMES = ("iob1", "iob2", "bioes")
 TSV_COLUMNS = ("text", "label")
 EXTENSIONS = {".conllu": "conllu", ".tsv": "tsv"}
+MODEL_HELP = "a run folder (its best.keras) or a .keras file of a Tagger or SentenceClassifier"
 
 
 class UserError(Exception):
@@ -126,24 +136,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Summarize tagging data and use saved "
                                      "keras_birnn task models (Tagger, SentenceClassifier).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    train = commands.add_parser("train", help="train a model from a TOML config into a run folder")
+    train.add_argument("config", metavar="CONFIG", help="a TOML config (every setting has a default; "
+                       "keras_birnn.training.config)")
+    train.add_argument("--run", required=True, metavar="DIR", help="the run folder (new, or with --resume its own)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                       help="override a setting, e.g. --set train.epochs=10 --set data.train=my.conll")
+    train.add_argument("--resume", action="store_true", help="continue the run in DIR from its latest checkpoint")
     data = commands.add_parser("data", help="summarize a corpus: counts, labels, scheme violations, dev OOV rates")
     data.add_argument("file", metavar="FILE", help="the training file")
     data.add_argument("--dev", metavar="FILE", default=None, help="a development file (OOV rates, unseen labels)")
     evaluate = commands.add_parser("evaluate", help="score a saved model on a file; metrics as JSON")
     predict = commands.add_parser("predict", help="tag (or classify) a file with a saved model")
     for sub in (evaluate, predict):
-        sub.add_argument("model", metavar="MODEL", help="a .keras file of a Tagger or SentenceClassifier")
+        sub.add_argument("model", metavar="MODEL", help=MODEL_HELP)
         sub.add_argument("file", metavar="FILE", help="the data file")
     predict.add_argument("--output-format", choices=("conll", "jsonl"), default="conll",
                          help="tagger: conll (default) or jsonl; a classifier writes jsonl")
     for sub in (data, evaluate, predict):
         add_format_arguments(sub)
     export = commands.add_parser("export", help="export a saved model as a SavedModel for TF Serving")
-    export.add_argument("model", metavar="MODEL", help="a .keras file of a Tagger or SentenceClassifier")
+    export.add_argument("model", metavar="MODEL", help=MODEL_HELP)
     export.add_argument("out", metavar="OUT", help="the model's base folder; the export goes to OUT/<version>/")
     export.add_argument("--version", type=positive_int, default=None, help="default: the next free integer")
     export.add_argument("--overwrite", action="store_true", help="replace an existing version folder")
-    for sub in (data, evaluate, predict, export):
+    for sub in (train, data, evaluate, predict, export):
         sub.set_defaults(parser=sub)  # a command's own errors show its usage line
     return parser
 
@@ -240,8 +257,11 @@ def first_unknown(corpus: Corpus, known: Sequence[str]) -> Optional[Tuple[int, s
 
 
 def load_task_model(path: str):
-    """The `Tagger` or `SentenceClassifier` saved at `path` (safe mode); a
-    UserError for a missing file, one Keras cannot load, or another model."""
+    """The `Tagger` or `SentenceClassifier` saved at `path`, or a run folder's
+    best.keras (safe mode); a UserError for a missing file, one Keras cannot
+    load, or another model."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "best.keras")
     if not os.path.isfile(path):
         raise UserError(f"{path}: no such file")
     try:
@@ -335,7 +355,20 @@ def run_export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     print(folder)
 
 
-COMMANDS = {"data": run_data, "evaluate": run_evaluate, "predict": run_predict, "export": run_export}
+def run_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Trains the config's model into the run folder."""
+    try:
+        settings = training.resolve(args.config, args.overrides)
+        training.train(settings, args.run, resume=args.resume, log=lambda line: print(line, flush=True))
+    except (training.ConfigError, training.RunError) as error:
+        raise UserError(str(error)) from None
+    except DataFormatError as error:
+        raise UserError(str(error)) from None
+    except (FileNotFoundError, ValueError) as error:  # a data file named by the config, a setting the model refuses
+        raise UserError(f"{args.config}: {error}") from None
+
+
+COMMANDS = {"train": run_train, "data": run_data, "evaluate": run_evaluate, "predict": run_predict, "export": run_export}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

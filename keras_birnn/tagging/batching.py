@@ -18,7 +18,7 @@ to `fit` on every Keras backend.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -35,12 +35,15 @@ class EncodedSentences(NamedTuple):
 
     `words[i]`: int32 `[len_i]`; `chars[i]`: int32 `[len_i, max_chars]`;
     `labels[i]`: int32 `[len_i]` (or `[]` per sentence without labels) or
-    one int per sentence (a sentence classifier's label).
+    one int per sentence (a sentence classifier's label); `features`:
+    optional `{name: ids}`, `ids[i]` int32 `[len_i]` (a tagger's feature
+    columns, in the network's input order), None without.
     """
 
     words: List[np.ndarray]
     chars: List[np.ndarray]
     labels: Optional[list]
+    features: Optional[Dict[str, List[np.ndarray]]] = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -153,7 +156,8 @@ def batch_width(encoded: EncodedSentences, indices: Sequence[int], multiple: int
     return -(-longest // multiple) * multiple
 
 
-def pad_batch(encoded: EncodedSentences, indices: Sequence[int], with_chars: bool, multiple: int = 1) -> tuple:
+def pad_batch(encoded: EncodedSentences, indices: Sequence[int], with_chars: bool,
+              multiple: int = 1) -> Union[np.ndarray, tuple]:
     """The model inputs of some sentences, right-padded with 0.
 
     Args:
@@ -164,7 +168,10 @@ def pad_batch(encoded: EncodedSentences, indices: Sequence[int], with_chars: boo
             shapes, so fewer compilations (XLA, `tf.function`) in training.
 
     Returns:
-        `words` int32 `[B, T]`, or `(words, chars [B, T, C])` with `with_chars`.
+        `words` int32 `[B, T]`, or `(words, chars [B, T, C])` with
+        `with_chars`; with `encoded.features`, a tuple of the words, the
+        characters (with `with_chars`) and each feature's ids `[B, T]`, in
+        the order of `encoded.features`.
     """
     width = batch_width(encoded, indices, multiple)
     words = np.full((len(indices), width), PAD_ID, np.int32)
@@ -172,7 +179,15 @@ def pad_batch(encoded: EncodedSentences, indices: Sequence[int], with_chars: boo
     for row, i in enumerate(indices):
         n = len(encoded.words[i])
         words[row, :n], chars[row, :n] = encoded.words[i], encoded.chars[i]
-    return (words, chars) if with_chars else words
+    if encoded.features is None:
+        return (words, chars) if with_chars else words
+    columns = []
+    for ids in encoded.features.values():
+        column = np.full((len(indices), width), PAD_ID, np.int32)
+        for row, i in enumerate(indices):
+            column[row, :len(ids[i])] = ids[i]
+        columns.append(column)
+    return tuple([words] + ([chars] if with_chars else []) + columns)
 
 
 def pad_labels(encoded: EncodedSentences, indices: Sequence[int],
@@ -242,4 +257,17 @@ def batches_dataset(encoded: EncodedSentences, make_batch: BatchMaker, draw: Cal
     sample = make_batch(encoded, np.arange(min(len(encoded.words), 1)), None)
     spec = tf.nest.map_structure(lambda a: tf.TensorSpec([None] * a.ndim, tf.as_dtype(a.dtype)), sample)
     data = tf.data.Dataset.from_generator(draw, output_signature=spec)
-    return data.apply(tf.data.experimental.assert_cardinality(count))
+    return without_autotuning(data.apply(tf.data.experimental.assert_cardinality(count)))
+
+
+def without_autotuning(data):
+    """A `tf.data.Dataset` with tf.data's autotuning off. A pipeline of
+    batches made ready in Python has nothing to tune, and with autotuning on
+    TensorFlow 2.21 stalled `model.fit` at epoch ends (an iterator's
+    teardown waits on the tuning thread; benchmarks/README.md, "Whole
+    models against their Keras twins")."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return data.with_options(options)

@@ -187,12 +187,6 @@ class SentenceClassifier(StringTaskModel):
         metrics = ["sparse_categorical_accuracy"] if metrics == "auto" else metrics
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
-    def compile_from_config(self, config: dict) -> None:
-        """Compiles a loaded classifier as it was saved (`compile` is overridden)."""
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if getattr(self, "optimizer", None) is not None:
-            self.optimizer.build(self.trainable_variables)
-
     def encode(self, x, y=None) -> EncodedSentences:
         """Texts (and their labels, as ids) encoded once."""
         return encode_sentences(self.encoder, tokenize(x), None if y is None else label_ids(y, self.labels))

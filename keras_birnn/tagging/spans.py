@@ -17,15 +17,21 @@ tag may have: IOB1 and IOB2 `O`, `B` and `I`; BIOES also `E` and `S`. With
 those prefixes IOB1 and IOB2 read the same spans (IOB1 uses `B-X` only
 between two spans of type X, IOB2 at every span's start; the rules above
 cover both). A tag without a type (`B`, `I`) has type `""`.
+
+`scored_spans` gives a tagged sentence's spans with a confidence each (the
+mean of its tokens' confidences); `span_tables` writes the same rules as
+tables over tag ids, for reading spans inside a graph
+(`keras_birnn.tagging.export`).
 """
 
 import dataclasses
 from collections import Counter
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from keras_birnn.crf.schemes import PREFIXES, check_scheme, split_tag
 
 OUTSIDE = "O"
+SCHEMES = ("iob2", "bioes")  # tried in this order by `span_scheme`
 
 
 class Span(NamedTuple):
@@ -92,6 +98,69 @@ def spans(tags: Sequence[str], scheme: str = "iob2") -> List[Span]:
             found.append(Span(kind, start, i + 1))
         previous, previous_kind = prefix, kind
     return found
+
+
+def span_scheme(tags: Sequence[str]) -> Optional[str]:
+    """`"iob2"` when every tag is `O`, `B-X` or `I-X` (IOB1 reads the same
+    spans), `"bioes"` when `E-X`/`S-X` also occur, else None (e.g. UPOS)."""
+    for scheme in SCHEMES:
+        try:
+            [tag_parts(tag, scheme) for tag in tags]
+        except ValueError:
+            continue
+        return scheme
+    return None
+
+
+def scored_spans(tags: Sequence[str], confidence: Sequence[float],
+                 scheme: str = "iob2") -> List[Tuple[int, int, str, float]]:
+    """The spans of one sentence's tags, each with a confidence.
+
+    A span's confidence is the mean of its tokens' `confidence` (a tagger's
+    per-token confidence: the CRF's marginal probability of the chosen tag,
+    or a softmax's probability of it).
+
+    Args:
+        tags: The sentence's tags.
+        confidence: One number per tag.
+        scheme: `"iob1"`, `"iob2"` or `"bioes"` (`spans`).
+
+    Returns:
+        `(start, end, type, confidence)` tuples (`end` exclusive), in order.
+
+    Example:
+
+    >>> from keras_birnn.tagging.spans import scored_spans
+    >>> scored_spans(["B-PER", "I-PER", "O"], [0.5, 0.75, 1.0])
+    [(0, 2, 'PER', 0.625)]
+    """
+    if len(tags) != len(confidence):
+        raise ValueError(f"Received {len(tags)} tags and {len(confidence)} confidences.")
+    return [(start, end, kind, float(sum(confidence[start:end])) / (end - start))
+            for kind, start, end in spans(tags, scheme)]
+
+
+def span_tables(tags: Sequence[str], scheme: str = "iob2") -> Tuple[List[List[bool]], List[List[bool]], List[str]]:
+    """`spans`'s rules over tag ids, for reading spans with array ops.
+
+    Id `len(tags)` stands for the sentence's edges (before the first tag,
+    after the last, and padding); it reads as `O`. A span starts at
+    position t when `starts[id at t-1][id at t]` and ends after t when
+    `ends[id at t][id at t+1]`; in any sentence, starts and ends alternate
+    (the k-th start pairs with the k-th end).
+
+    Args:
+        tags: The tag names; tag id k is `tags[k]`.
+        scheme: `"iob1"`, `"iob2"` or `"bioes"`.
+
+    Returns:
+        `(starts, ends, types)`: two `[K + 1, K + 1]` nested lists of bools
+        and each tag's type (`""` for `O`).
+    """
+    parts = [tag_parts(tag, scheme) for tag in tags] + [(OUTSIDE, "")]
+    starts = [[_starts(*previous, *current) for current in parts] for previous in parts]
+    ends = [[_ends(*current, *following) for following in parts] for current in parts]
+    return starts, ends, [kind for _, kind in parts[:-1]]
 
 
 def _ratio(a: float, b: float) -> float:

@@ -15,15 +15,28 @@ keras-hub's task models:
 and do the rest: ids, length-bucketed batches (`keras_birnn.tagging.batching`),
 word dropout, the masked loss. Given anything else (a `tf.data.Dataset` of
 model inputs, id arrays) they are Keras's own. The model's inputs are word
-ids `[batch, time]` and, with a character encoder, character ids `[batch,
-time, chars]`; its output is the network's (CRF tag ids or softmax
-probabilities). Runs on every Keras backend (the encoder needs TensorFlow
-installed); `export` needs the TensorFlow backend.
+ids `[batch, time]`, with a character encoder character ids `[batch,
+time, chars]`, and one id input `[batch, time]` per feature column; its
+output is the network's (CRF tag ids or softmax probabilities). Runs on
+every Keras backend (the encoder needs TensorFlow installed); `export`
+needs the TensorFlow backend.
+
+Feature columns (a chunker that reads POS tags beside the words): the
+strings are then a dict, the token lists under `"tokens"` and one list of
+strings per token under each feature's name:
+
+    x = {"tokens": [["He", "runs"]], "pos": [["PRP", "VBZ"]]}
+    chunker = kb.tagging.Tagger.from_sentences(x, [["B-NP", "B-VP"]], embedding_dim=50)
+
+`from_sentences` learns each feature's vocabulary (its sorted training
+values; id 0 = "" = padding, id 1 = an unseen value, as
+`keras.layers.StringLookup(mask_token="", num_oov_indices=1)`), which the
+tagger keeps in its config, and its export encodes in the graph.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -35,12 +48,13 @@ from keras_birnn.crf import CRFLoss
 from keras_birnn.tagging.batching import (DEFAULT_BATCH_SIZE, LENGTH_MULTIPLE, EncodedSentences, bucket_batches,
                                           drop_words, encode_sentences, pad_batch, pad_labels)
 from keras_birnn.tagging.builder import build_tagger
-from keras_birnn.tagging.encoder import PAD_ID, TokenEncoder
-from keras_birnn.tagging.export import check_tagger_model, claim_version, crf_head, export_tagger
-from keras_birnn.tagging.spans import span_scores, tag_parts
+from keras_birnn.tagging.encoder import OOV_ID, PAD_ID, TokenEncoder
+from keras_birnn.tagging.export import (INPUTS_KEY, check_tagger_model, claim_version, crf_head, export_tagger,
+                                        feature_inputs)
+from keras_birnn.tagging.spans import SCHEMES, scored_spans, span_scheme, span_scores
 from keras_birnn.tagging.task import StringTaskModel
 
-SCHEMES = ("iob2", "bioes")  # tried in this order by `span_scheme`
+TOKENS_KEY = "tokens"  # the token lists' key in the dict form of the strings
 
 
 class TaggedSentence(NamedTuple):
@@ -49,12 +63,17 @@ class TaggedSentence(NamedTuple):
     `tags`: a tag name per token. `confidence`: per token, the CRF's
     marginal probability of the chosen tag (softmax head: its probability).
     `paths`: with `predict(..., top_k=k)` on a CRF tagger, the k best tag
-    sequences and their probabilities, best first (else None).
+    sequences and their probabilities, best first (else None). `spans`:
+    with a span scheme, the spans of `tags` read in the tagger's scheme,
+    `(start, end, type, confidence)` (`end` exclusive; confidence: the mean
+    of the span's tokens' `confidence`); `predict` gives `[]` without a
+    span scheme, and a `TaggedSentence` built without spans has `()`.
     """
 
     tags: List[str]
     confidence: List[float]
     paths: Optional[List[Tuple[List[str], float]]] = None
+    spans: Sequence[Tuple[int, int, str, float]] = ()
 
 
 class Untracked:
@@ -65,24 +84,78 @@ class Untracked:
         self.model: Optional[keras.Model] = None
 
 
-def span_scheme(tags: Sequence[str]) -> Optional[str]:
-    """`"iob2"` when every tag is `O`, `B-X` or `I-X` (IOB1 reads the same
-    spans), `"bioes"` when `E-X`/`S-X` also occur, else None (e.g. UPOS)."""
-    for scheme in SCHEMES:
-        try:
-            [tag_parts(tag, scheme) for tag in tags]
-        except ValueError:
-            continue
-        return scheme
-    return None
-
-
 def is_token_lists(x) -> bool:
     """Whether `x` is a list (or tuple) of token lists: the strings path."""
     if not isinstance(x, (list, tuple)) or not x:
         return False
     first = x[0]
     return isinstance(first, (list, tuple)) and all(isinstance(t, str) for t in first)
+
+
+def is_string_input(x) -> bool:
+    """Whether `x` is a tagger's strings: token lists, or the dict form
+    (token lists under `"tokens"`, feature columns beside them)."""
+    return is_token_lists(x) or (isinstance(x, Mapping) and TOKENS_KEY in x)
+
+
+def split_columns(x, names: Sequence[str]) -> Tuple[list, Dict[str, list]]:
+    """The token lists of `x` and its feature columns, checked against `names`.
+
+    Args:
+        x: Token lists, or `{"tokens": token lists, name: per-token string
+            lists, ...}`.
+        names: The features the tagger reads.
+
+    Returns:
+        `(token lists, {name: string lists})`, the features in `names`' order.
+
+    Raises:
+        ValueError: A feature of `names` is missing, one is not in `names`,
+            or a feature's strings do not match the tokens in number.
+    """
+    if isinstance(x, Mapping):
+        if TOKENS_KEY not in x:
+            raise ValueError(f"The dict form of the strings holds the token lists under {TOKENS_KEY!r}, "
+                             f"received the keys {sorted(x)}.")
+        tokens, columns = list(x[TOKENS_KEY]), {k: list(v) for k, v in x.items() if k != TOKENS_KEY}
+    else:
+        tokens, columns = list(x), {}
+    missing, extra = [n for n in names if n not in columns], [n for n in columns if n not in names]
+    if missing:
+        raise ValueError(f"The tagger reads the features {missing} beside the tokens: pass "
+                         f"{{{TOKENS_KEY!r}: token lists, {missing[0]!r}: one string per token, ...}}.")
+    if extra:
+        known = f"the features {list(names)}" if names else "no features"
+        raise ValueError(f"The tagger reads {known}, received the features {extra}.")
+    for name in names:
+        check_column(tokens, columns[name], name)
+    return tokens, {name: columns[name] for name in names}
+
+
+def check_column(tokens: Sequence[Sequence[str]], values: Sequence[Sequence[str]], name: str) -> None:
+    """Raises unless `values` holds one string per token of each sentence."""
+    if len(values) != len(tokens):
+        raise ValueError(f"The feature {name!r} has {len(values)} sentences and the tokens {len(tokens)}.")
+    for row, (words, column) in enumerate(zip(tokens, values)):
+        if isinstance(column, (str, bytes)) or len(column) != len(words):
+            size = "a string" if isinstance(column, (str, bytes)) else f"{len(column)} values"
+            raise ValueError(f"The feature {name!r} of sentence {row} has {size} for {len(words)} tokens: "
+                             "one string per token.")
+        if not all(isinstance(v, str) for v in column):
+            raise ValueError(f"The feature {name!r} of sentence {row} holds a value that is not a string.")
+
+
+def learn_vocabularies(columns: Mapping[str, Sequence[Sequence[str]]]) -> Dict[str, List[str]]:
+    """Each feature's vocabulary: its values, sorted, without "" (padding)."""
+    return {name: sorted({v for values in column for v in values} - {""}) for name, column in columns.items()}
+
+
+def feature_ids(column: Sequence[Sequence[str]], vocabulary: Sequence[str]) -> List[np.ndarray]:
+    """A feature's strings as ids: "" -> 0, unseen -> 1, `vocabulary[k]` -> k + 2
+    (`keras.layers.StringLookup(mask_token="", num_oov_indices=1)`'s ids)."""
+    index = {value: k + 2 for k, value in enumerate(vocabulary)}
+    index[""] = PAD_ID
+    return [np.array([index.get(v, OOV_ID) for v in values], np.int32) for values in column]
 
 
 def tag_ids(sentence_tags: Sequence[Sequence[str]], tags: Sequence[str]) -> List[np.ndarray]:
@@ -134,12 +207,16 @@ class Tagger(StringTaskModel):
     Args:
         encoder: The `TokenEncoder` whose ids the network reads (with
             vocabularies).
-        network: A `build_tagger` model: inputs `words` and optionally
-            `chars` (no `features`), a CRF or softmax head.
+        network: A `build_tagger` model: inputs `words`, optionally
+            `chars`, and its `features`; a CRF or softmax head.
         tags: The tag names; tag id k is `tags[k]`.
-        scheme: How `evaluate` reads spans: `"auto"` (`span_scheme`:
-            `"iob2"`, `"bioes"` or None), `"iob1"`, `"iob2"`, `"bioes"`, or
-            None (token accuracy only).
+        scheme: How `evaluate`, `predict`'s spans and the export read
+            spans: `"auto"` (`span_scheme`: `"iob2"`, `"bioes"` or None),
+            `"iob1"`, `"iob2"`, `"bioes"`, or None (token accuracy only, no
+            spans).
+        feature_vocabularies: With a network that has `features`: each
+            feature's vocabulary, `{name: values}` (value k has id k + 2;
+            0 is "", 1 unseen); None without.
         **kwargs: `keras.Model` arguments (`name`).
 
     Example:
@@ -156,9 +233,10 @@ class Tagger(StringTaskModel):
     """
 
     def __init__(self, encoder: TokenEncoder, network: keras.Model, tags: Sequence[str],
-                 scheme: Optional[str] = "auto", **kwargs):
+                 scheme: Optional[str] = "auto", feature_vocabularies: Optional[Mapping[str, Sequence[str]]] = None,
+                 **kwargs):
         super().__init__(**kwargs)
-        check_tagger_model(network, encoder, tags)
+        check_tagger_model(network, encoder, tags, feature_vocabularies)
         if not has_vocabularies(encoder):
             raise ValueError("The tagger's encoder has no vocabularies: adapt it first (or use Tagger.from_sentences).")
         if scheme not in ("auto", None, "iob1") + SCHEMES:
@@ -167,7 +245,9 @@ class Tagger(StringTaskModel):
         self._tags = tuple(tags)
         self._scheme_argument = scheme
         self.scheme = span_scheme(self._tags) if scheme == "auto" else scheme
-        self.with_chars = len(network.inputs) == 2
+        self.with_chars = "chars" in [t.name for t in network.inputs]
+        # Pairs of tuples: Keras tracks (and wraps) the lists and dicts set on a layer, not tuples.
+        self._features = tuple((name, tuple(feature_vocabularies[name])) for name in feature_inputs(network))
         self._scorers = Untracked()  # built on first use; shares the network's weights, so not saved again
         self.built = True
 
@@ -177,18 +257,32 @@ class Tagger(StringTaskModel):
         return self._tags
 
     @property
+    def feature_vocabularies(self) -> Dict[str, List[str]]:
+        """Each feature column's vocabulary, in the network's input order (`{}` without)."""
+        return {name: list(vocabulary) for name, vocabulary in self._features}
+
+    @property
+    def feature_names(self) -> List[str]:
+        """The feature columns the tagger reads beside the tokens, in input order."""
+        return [name for name, _ in self._features]
+
+    @property
     def head(self) -> str:
         """`"crf"` or `"softmax"`."""
         return "crf" if crf_head(self.network) is not None else "softmax"
 
     @classmethod
-    def from_sentences(cls, sentences: Sequence[Sequence[str]], sentence_tags: Sequence[Sequence[str]], *,
+    def from_sentences(cls, sentences, sentence_tags: Sequence[Sequence[str]], *,
                        tags: Optional[Sequence[str]] = None, encoder: Optional[TokenEncoder] = None,
                        scheme: Optional[str] = "auto", name: str = "tagger", **build_kwargs) -> "Tagger":
         """A new, untrained tagger for this data.
 
         Args:
-            sentences: The training token lists (the encoder adapts on them).
+            sentences: The training token lists (the encoder adapts on
+                them); or the dict form `{"tokens": token lists, name:
+                per-token strings, ...}`: the tagger then reads those
+                features (sorted by name), each with the vocabulary of its
+                training values.
             sentence_tags: Their tags, one list per sentence.
             tags: The tag names in id order; default the sorted tags of
                 `sentence_tags`.
@@ -199,11 +293,20 @@ class Tagger(StringTaskModel):
             name: The model's name.
             **build_kwargs: `build_tagger`'s keyword arguments
                 (`embedding_dim` defaults to 100 without `embeddings`;
-                `num_chars` comes from the encoder).
+                `num_chars` comes from the encoder, `features` from the
+                dict form).
 
         Returns:
             A `Tagger` (compile it, or let `fit` compile it with Adam).
         """
+        if "features" in build_kwargs:
+            raise ValueError("Tagger learns its `features` from the data: pass the feature columns in "
+                             f"`sentences`, {{{TOKENS_KEY!r}: token lists, 'pos': per-token strings}}.")
+        names = sorted(k for k in sentences if k != TOKENS_KEY) if isinstance(sentences, Mapping) else []
+        bad = [n for n in names if not isinstance(n, str) or n in (INPUTS_KEY, "words", "chars")]
+        if bad:
+            raise ValueError(f"A feature may not be named {bad[0]!r} ({INPUTS_KEY!r}, 'words' and 'chars' are taken).")
+        sentences, columns = split_columns(sentences, names)
         check_lengths(sentences, sentence_tags)
         tags = sorted({t for names in sentence_tags for t in names}) if tags is None else list(tags)
         tag_ids(sentence_tags, tags)  # every tag of the data must be known
@@ -211,14 +314,14 @@ class Tagger(StringTaskModel):
             encoder = TokenEncoder()
         if not has_vocabularies(encoder):
             encoder.adapt([list(s) for s in sentences])
-        if "features" in build_kwargs:
-            raise ValueError("Tagger takes words and characters only: build it without `features`.")
         if build_kwargs.get("embeddings") is None:
             build_kwargs.setdefault("embedding_dim", 100)
         if build_kwargs.get("char_encoder") is not None:
             build_kwargs.setdefault("num_chars", encoder.char_count)
-        network = build_tagger(encoder.word_count, tags, **build_kwargs)
-        return cls(encoder, network, tags, scheme=scheme, name=name)
+        vocabularies = learn_vocabularies(columns)
+        features = {n: len(v) + 2 for n, v in vocabularies.items()} or None  # + padding and unseen
+        network = build_tagger(encoder.word_count, tags, features=features, **build_kwargs)
+        return cls(encoder, network, tags, scheme=scheme, feature_vocabularies=vocabularies or None, name=name)
 
     def call(self, inputs, training=None):
         return self.network(inputs, training=training)
@@ -230,26 +333,28 @@ class Tagger(StringTaskModel):
             loss = CRFLoss() if self.head == "crf" else "sparse_categorical_crossentropy"
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
-    def compile_from_config(self, config: dict) -> None:
-        """Compiles a loaded tagger as it was saved (`compile` is overridden)."""
-        self.compile(**keras.saving.deserialize_keras_object(config))
-        if getattr(self, "optimizer", None) is not None:
-            self.optimizer.build(self.trainable_variables)  # so its saved state loads
-
     # --- strings to batches --------------------------------------------------
 
     def encode(self, x, y=None) -> EncodedSentences:
-        """Token lists (and their tags, as ids) encoded once."""
+        """Strings (token lists, or the dict form with the tagger's
+        features) and their tags, as ids, encoded once."""
+        tokens, columns = split_columns(x, self.feature_names)
         if y is None:
-            return encode_sentences(self.encoder, x)
-        check_lengths(x, y)
-        return encode_sentences(self.encoder, x, tag_ids(y, self.tags))
+            encoded = encode_sentences(self.encoder, tokens)
+        else:
+            check_lengths(tokens, y)
+            encoded = encode_sentences(self.encoder, tokens, tag_ids(y, self.tags))
+        if not columns:
+            return encoded
+        vocabularies = self.feature_vocabularies
+        ids = {n: feature_ids(column, vocabularies[n]) for n, column in columns.items()}
+        return encoded._replace(features=ids)
 
     def training_batch(self, encoded: EncodedSentences, indices, rng, word_dropout: float = 0.0) -> tuple:
         """(inputs, tag ids[, weights]) of some sentences; word dropout with `rng`."""
         inputs = pad_batch(encoded, indices, self.with_chars, LENGTH_MULTIPLE)
-        if self.with_chars:
-            inputs = (drop_words(inputs[0], word_dropout, rng), inputs[1])
+        if isinstance(inputs, tuple):  # the words come first, the characters and features after
+            inputs = (drop_words(inputs[0], word_dropout, rng),) + inputs[1:]
         else:
             inputs = drop_words(inputs, word_dropout, rng)
         labels, weights = pad_labels(encoded, indices, LENGTH_MULTIPLE)
@@ -257,16 +362,16 @@ class Tagger(StringTaskModel):
         # weights (Keras's JAX backend hands a softmax output's mask to no loss).
         return (inputs, labels) if self.head == "crf" else (inputs, labels, weights)
 
-    def sentence_dataset(self, sentences: Sequence[Sequence[str]], sentence_tags: Sequence[Sequence[str]],
+    def sentence_dataset(self, sentences, sentence_tags: Sequence[Sequence[str]],
                          batch_size: int = DEFAULT_BATCH_SIZE, word_dropout: float = 0.0,
                          shuffle: bool = True, seed: Optional[int] = None):
-        """Token and tag lists as a `tf.data.Dataset` in model-input form:
+        """Token lists (or the dict form) and tag lists as a `tf.data.Dataset` in model-input form:
         `strings_dataset`, whose batches are `(inputs, tag ids)` (CRF) or
         `(inputs, tag ids, weights)` (softmax), 0 at padding."""
         return self.strings_dataset(sentences, sentence_tags, batch_size, word_dropout, shuffle=shuffle, seed=seed)
 
     def takes_strings(self, x) -> bool:
-        return is_token_lists(x)
+        return is_string_input(x)
 
     # --- predictions ---------------------------------------------------------
 
@@ -282,7 +387,8 @@ class Tagger(StringTaskModel):
         """Tag ids, confidence (and top-k paths) of a batch of model inputs.
 
         Args:
-            inputs: Word ids `[B, T]` (0 = padding), or `(words, chars)`.
+            inputs: Word ids `[B, T]` (0 = padding), or a tuple of the
+                network's inputs, words first.
             top_k: With a CRF head, also the k best paths.
 
         Returns:
@@ -290,7 +396,7 @@ class Tagger(StringTaskModel):
             `confidence` float32 `[B, T]` (0 at padding); with `top_k`,
             `paths` int32 `[B, k, T]` and `probabilities` `[B, k]`.
         """
-        words = inputs[0] if self.with_chars else inputs
+        words = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
         valid = ops.not_equal(ops.convert_to_tensor(words), PAD_ID)
         # The CRF's input is [emissions, mask]: flattened, the emissions come second.
         outputs = keras.tree.flatten(self._scorer()(inputs, training=False))
@@ -316,21 +422,26 @@ class Tagger(StringTaskModel):
         """Tags token lists (or, given anything else, Keras's `predict`).
 
         Args:
-            x: A list of token lists; or Keras's inputs (then the network's
-                raw output comes back).
+            x: A list of token lists, or the dict form (`{"tokens": token
+                lists, <feature>: per-token strings}`) for a tagger with
+                features; or Keras's inputs (then the network's raw output
+                comes back).
             batch_size: Sentences per batch (default 32).
             verbose, steps, callbacks: Keras's, for Keras's inputs.
             top_k: With a CRF head, also the `top_k` best paths.
 
         Returns:
-            With token lists, a `TaggedSentence` per sentence, in order.
+            With strings, a `TaggedSentence` per sentence, in order; its
+            `spans` are those of its tags read in `self.scheme`, each with
+            the mean of its tokens' confidence (`[]` without a span scheme).
         """
-        if not is_token_lists(x):
+        if not is_string_input(x):
             if isinstance(x, (list, tuple)) and not x:
+                split_columns(x, self.feature_names)  # a feature tagger wants the dict form
                 return []
             return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks)
-        encoded = encode_sentences(self.encoder, x)
-        results: List[Optional[TaggedSentence]] = [None] * len(x)
+        encoded = self.encode(x)
+        results: List[Optional[TaggedSentence]] = [None] * len(encoded.words)
         for group in bucket_batches(encoded.lengths, batch_size or DEFAULT_BATCH_SIZE):
             found = self.decode(pad_batch(encoded, group, self.with_chars), top_k)
             for row, i in enumerate(group):
@@ -344,14 +455,16 @@ class Tagger(StringTaskModel):
         if "paths" in found:
             paths = [([self.tags[k] for k in path[:length]], float(p))
                      for path, p in zip(found["paths"][row], found["probabilities"][row]) if p > 0]
-        return TaggedSentence(names, confidence, paths)
+        spans = scored_spans(names, confidence, self.scheme) if self.scheme is not None else []
+        return TaggedSentence(names, confidence, paths, spans)
 
     def evaluate(self, x=None, y=None, batch_size: Optional[int] = None, verbose="auto", **kwargs):
         """Scores token lists against gold tags (or, given anything else, Keras's `evaluate`).
 
         Args:
-            x: A list of token lists; or Keras's inputs.
-            y: With token lists, the gold tags (each one of `self.tags`,
+            x: A list of token lists (or the dict form, as in `predict`);
+                or Keras's inputs.
+            y: With strings, the gold tags (each one of `self.tags`,
                 else ValueError).
             batch_size: Sentences per batch.
             verbose, **kwargs: Keras's, for Keras's inputs.
@@ -362,9 +475,9 @@ class Tagger(StringTaskModel):
             `recall`, `f1`, `gold`, `predicted`, `correct` and `types` (the
             same per type).
         """
-        if not is_token_lists(x):
+        if not is_string_input(x):
             return super().evaluate(x, y, batch_size=batch_size, verbose=verbose, **kwargs)
-        check_lengths(x, y)
+        check_lengths(split_columns(x, self.feature_names)[0], y)
         tag_ids(y, self.tags)
         predicted = [p.tags for p in self.predict(x, batch_size=batch_size)]
         return score_tags(y, predicted, self.scheme)
@@ -378,7 +491,13 @@ class Tagger(StringTaskModel):
         Signature `serving_default(inputs: string [batch, time], "" =
         padding)` -> `tags` (string, "" at padding), `tag_ids` (int32, -1
         at padding), `confidence` (float32, 0 at padding), the values
-        `predict` gives (`keras_birnn.tagging.export`).
+        `predict` gives (`keras_birnn.tagging.export`). With features, the
+        signature also takes one string `[batch, time]` input per feature
+        name (its vocabulary is in the graph). With a span scheme, it also
+        returns `predict`'s spans: `span_start`, `span_end` (int32,
+        exclusive), `span_type` (string) and `span_confidence` (float32,
+        the mean of the span's tokens' confidence), each `[batch, S]`,
+        padded with -1, -1, "" and 0.
 
         Args:
             path: The model's base folder.
@@ -394,7 +513,10 @@ class Tagger(StringTaskModel):
             raise backend.tensorflow_only_error("keras_birnn.tagging.Tagger.export", "export the tagger")
         version = claim_version(path, version, overwrite)
         return export_tagger(self.network, self.encoder, path, self.tags, version=version, overwrite=overwrite,
-                             verbose=verbose)
+                             verbose=verbose, scheme=self.scheme, feature_vocabularies=self.feature_vocabularies)
 
     def names_config(self) -> dict:
-        return {"tags": list(self.tags), "scheme": self._scheme_argument}
+        config = {"tags": list(self.tags), "scheme": self._scheme_argument}
+        if self._features:  # a tagger without features saves the config it always had
+            config["feature_vocabularies"] = self.feature_vocabularies
+        return config

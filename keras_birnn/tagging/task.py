@@ -37,6 +37,23 @@ class StringTaskModel(keras.Model):
         config["network"] = keras.saving.deserialize_keras_object(config["network"])
         return cls(**config)
 
+    def compile(self, optimizer="adam", loss=None, metrics=None, jit_compile="auto", **kwargs) -> None:
+        """Keras's `compile`. `jit_compile="auto"` looks at the network
+        alone: the steps call the network only, the encoder's string ops run
+        before them, on NumPy batches. (Keras's own "auto" sees the encoder,
+        which XLA cannot compile, and would train on JAX without `jax.jit`,
+        many times slower.)"""
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
+        if jit_compile == "auto" and keras.backend.backend() == "jax" and not kwargs.get("run_eagerly"):
+            # Keras's setter would refuse: it checks every tracked layer, the encoder included.
+            self._jit_compile = all(layer.supports_jit for layer in self.network._flatten_layers())
+
+    def compile_from_config(self, config: dict) -> None:
+        """Compiles a loaded model as it was saved (`compile` is overridden)."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if getattr(self, "optimizer", None) is not None:
+            self.optimizer.build(self.trainable_variables)  # so its saved state loads
+
     # Subclasses say which inputs are theirs, how they become ids and how ids become batches.
     def takes_strings(self, x) -> bool:
         """Whether `x` is this model's string input (else Keras's own)."""

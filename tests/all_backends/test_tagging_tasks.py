@@ -76,6 +76,11 @@ def test_predict_is_the_network_decoded_by_hand(tagger):
         expected = np.take_along_axis(probabilities[row, :n], ids[row, :n, None], -1)[:, 0]
         np.testing.assert_allclose(result.confidence, expected, atol=2e-5)
         assert result.paths is None
+        # The spans of the tags (conlleval's reader), each with its tokens' mean oracle confidence.
+        found = kb.tagging.spans(result.tags, "iob2")
+        assert [s[:3] for s in result.spans] == [(s.start, s.end, s.type) for s in found]
+        np.testing.assert_allclose([s[3] for s in result.spans], [expected[s.start:s.end].mean() for s in found],
+                                   atol=2e-5)
 
 
 def test_top_k_paths_are_the_brute_force_best(tagger):

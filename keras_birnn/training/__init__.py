@@ -1,0 +1,13 @@
+"""Training from a config file: `keras-birnn train CONFIG --run DIR`.
+
+`config` (settings, their defaults and sources, TOML and `--set`),
+`corpus` (the data settings to train and dev examples), `checkpoint`
+(atomic checkpoints of every variable), `trainer` (the epoch loop, dev
+selection, early stopping, resume) and `report` (the epoch line,
+history.csv, report.txt).
+"""
+
+from keras_birnn.training.config import ConfigError, resolve
+from keras_birnn.training.trainer import RunError, train
+
+__all__ = ["ConfigError", "RunError", "resolve", "train"]

@@ -1,0 +1,271 @@
+"""`train`: a config and a run folder to a model selected on dev, resumable.
+
+    RUN/config.toml        the resolved settings (a resumed run must match)
+    RUN/checkpoint/        the latest checkpoint (`keras_birnn.training.checkpoint`)
+    RUN/best.keras         the model with the best dev score so far (one file)
+    RUN/history.csv        one row per epoch: loss, dev scores, learning rate, seconds
+    RUN/metrics.json       the best model's dev scores, its epoch, the run's length
+    RUN/report.txt         the best model's dev scores per tag, span type or label
+    RUN/export/<version>/  the best model for TF Serving (TensorFlow backend)
+
+Each epoch trains on length-bucketed batches drawn from `(seed, epoch)`
+alone (`keras_birnn.tagging.batching.epoch_batches`), scores dev (span F1
+for a span scheme, else accuracy) and keeps the best model; training stops
+after `train.epochs`, or after `train.patience` epochs without a better
+dev score. Checkpoints are written at each epoch end and every
+`train.checkpoint_minutes` (or `train.checkpoint_steps` batches) within
+one; `train(..., resume=True)` continues from the latest and, with the
+same settings, ends with the weights and dev score of a run that never
+stopped: the batches, word dropout and dropout masks that follow a
+checkpoint do not depend on when the process started.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_birnn import backend
+from keras_birnn.tagging.batching import batch_rng, batches_dataset, epoch_batches
+from keras_birnn.tagging.classifier import SentenceClassifier
+from keras_birnn.tagging.encoder import TokenEncoder
+from keras_birnn.tagging.tagger import Tagger
+from keras_birnn.training import checkpoint
+from keras_birnn.training.config import differences, dump, resolve
+from keras_birnn.training.corpus import Examples, read_splits
+from keras_birnn.training.report import format_epoch, per_type_report, write_history
+
+OPTIMIZERS = {"nadam": keras.optimizers.Nadam, "adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD,
+              "rmsprop": keras.optimizers.RMSprop}
+
+
+class RunError(ValueError):
+    """A run folder that cannot be used as asked (exists, or its settings differ)."""
+
+
+def build_model(settings: Dict[str, Any], train: Examples, dev: Examples):
+    """A new `Tagger` or `SentenceClassifier` for the settings: its
+    vocabularies from `train`, its tags (labels) those of train and dev (a
+    dev tag that training never shows is scored as missed, not refused)."""
+    m = settings["model"]
+    names = sorted({t for tags in train.y + dev.y for t in tags} if settings["task"] == "tagger"
+                   else set(train.y) | set(dev.y))
+    encoder = TokenEncoder(max_chars=m["max_chars"] if settings["task"] == "tagger" else 1,
+                           lowercase=m["lowercase"], fold_digits=m["fold_digits"],
+                           min_word_count=m["min_word_count"])
+    if settings["task"] == "classifier":
+        return SentenceClassifier.from_texts(train.x, train.y, label_names=names, encoder=encoder,
+                                             embedding_dim=m["word_dim"],
+                                             hidden=m["hidden"], cell=m["cell"], pooling=m["pooling"],
+                                             dropout=m["dropout"])
+    chars = None if m["char_encoder"] == "none" else m["char_encoder"]
+    extra = {"feature_dim": m["feature_dim"]} if isinstance(train.x, dict) else {}
+    return Tagger.from_sentences(train.x, train.y, tags=names, encoder=encoder, head=m["head"], cell=m["cell"],
+                                 hidden=m["hidden"], depth=m["depth"], embedding_dim=m["word_dim"],
+                                 char_encoder=chars, char_dim=m["char_dim"], char_units=m["char_units"],
+                                 dropout=m["dropout"], **extra)
+
+
+def compile_model(model, settings: Dict[str, Any], steps_per_epoch: int) -> None:
+    """The configured optimizer, learning-rate schedule and clipping."""
+    t = settings["train"]
+    rate = t["learning_rate"]
+    if t["schedule"] == "cosine":
+        rate = keras.optimizers.schedules.CosineDecay(rate, decay_steps=max(t["epochs"] * steps_per_epoch, 1),
+                                                      alpha=t["min_learning_rate"])
+    optimizer = OPTIMIZERS[t["optimizer"]](learning_rate=rate, clipnorm=t["clipnorm"] or None)
+    model.compile(optimizer=optimizer, metrics=None)
+    optimizer.build(model.trainable_variables)  # its variables exist before a checkpoint restores them
+
+
+def dev_score(model, dev: Examples) -> Dict[str, Any]:
+    """The model's dev scores; `score` is span F1 with a span scheme, else accuracy."""
+    scores = model.evaluate(dev.x, dev.y)
+    scores["score"] = scores["f1"] if "f1" in scores else scores["accuracy"]
+    return scores
+
+
+class Loop(keras.callbacks.Callback):
+    """Counts the epoch's batches and writes mid-epoch checkpoints."""
+
+    def __init__(self, run: "Run"):
+        super().__init__()
+        self.run = run
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.run.state["batch"] += 1
+        if self.run.checkpoint_due():
+            self.run.save_checkpoint()
+
+
+class Run:
+    """One training run in a folder: its settings, data, model and state."""
+
+    def __init__(self, settings: Dict[str, Any], folder: str, log: Callable[[str], None]):
+        self.settings, self.folder, self.log = settings, folder, log
+        self.seed = settings["seed"]
+        self.t = settings["train"]
+        self.state: Dict[str, Any] = {"number": 0, "epoch": 0, "batch": 0, "loss_total": 0.0, "loss_count": 0.0,
+                                      "best_score": None, "best_epoch": None, "best_scores": None, "wait": 0,
+                                      "history": [], "done": False, "seconds": 0.0}
+        self.last_save = time.monotonic()
+
+    @property
+    def checkpoints(self) -> str:
+        return os.path.join(self.folder, "checkpoint")
+
+    def prepare(self) -> None:
+        """Reads the data, builds and compiles the model, restores the latest checkpoint."""
+        keras.utils.set_random_seed(self.seed)
+        self.train, self.dev, what = read_splits(self.settings["task"], self.settings["data"])
+        self.model = build_model(self.settings, self.train, self.dev)
+        self.encoded = self.model.encode(self.train.x, self.train.y)
+        self.steps = len(epoch_batches(self.encoded.lengths, self.t["batch_size"], self.seed, 0))
+        compile_model(self.model, self.settings, self.steps)
+        found = checkpoint.latest(self.checkpoints)
+        if found is not None:
+            self.state, arrays = found
+            checkpoint.restore(self.model, arrays, self.state.pop("variables"))
+        self.log(f"train: {len(self.train)} examples, {self.steps} batches an epoch; dev: {len(self.dev)} "
+                 f"({what}); {self.model.count_params():,} parameters; backend {keras.backend.backend()}")
+
+    def checkpoint_due(self) -> bool:
+        every = self.t["checkpoint_steps"]
+        if every:
+            return self.state["batch"] % every == 0
+        return time.monotonic() - self.last_save >= 60.0 * self.t["checkpoint_minutes"] > 0
+
+    def loss_sums(self) -> tuple:
+        """The epoch's loss total and count: those carried over a resume plus fit's tracker."""
+        tracker = next(m for m in self.model.metrics if m.name == "loss")
+        total, count = (float(ops.convert_to_numpy(v)) for v in tracker.variables)
+        return self.state["loss_total"] + total, self.state["loss_count"] + count
+
+    def save_checkpoint(self, at_epoch_end: bool = False) -> None:
+        state = dict(self.state, number=self.state["number"] + 1)
+        if not at_epoch_end:
+            state["loss_total"], state["loss_count"] = self.loss_sums()
+        checkpoint.save(self.checkpoints, self.model, state)
+        self.state["number"] = state["number"]
+        self.last_save = time.monotonic()
+
+    def epoch_data(self, epoch: int):
+        """The epoch's batches from the one the state stands at."""
+        groups = epoch_batches(self.encoded.lengths, self.t["batch_size"], self.seed, epoch)
+        start, rate = self.state["batch"], self.t["word_dropout"]
+
+        def make(encoded, indices, rng):
+            return self.model.training_batch(encoded, indices, rng, rate)
+
+        def draw():
+            for index in range(start, len(groups)):
+                yield make(self.encoded, groups[index], batch_rng(self.seed, epoch, index))
+
+        return batches_dataset(self.encoded, make, draw, len(groups) - start)
+
+    def run_epoch(self, epoch: int) -> Dict[str, Any]:
+        """Trains the rest of one epoch and scores dev; returns the history row."""
+        began = time.monotonic()
+        if self.state["batch"] < self.steps:
+            self.model.fit(self.epoch_data(epoch), epochs=1, verbose=0, shuffle=False, callbacks=[Loop(self)])
+        total, count = self.loss_sums()
+        scores = dev_score(self.model, self.dev)
+        rate = self.model.optimizer.learning_rate
+        row = {"epoch": epoch + 1, "loss": total / max(count, 1e-12), "dev_score": scores["score"],
+               "dev_accuracy": scores["accuracy"], "learning_rate": float(ops.convert_to_numpy(rate)),
+               "seconds": time.monotonic() - began}
+        return row, scores
+
+    def end_epoch(self, epoch: int, row: Dict[str, Any], scores: Dict[str, Any]) -> None:
+        """Keeps the best model, advances the state, checkpoints, writes the history."""
+        s = self.state
+        if s["best_score"] is None or row["dev_score"] > s["best_score"]:
+            s["best_score"], s["best_epoch"], s["best_scores"], s["wait"] = row["dev_score"], epoch + 1, scores, 0
+            save_model(self.model, os.path.join(self.folder, "best.keras"))
+        else:
+            s["wait"] += 1
+        s["history"].append(row)
+        s["seconds"] += row["seconds"]
+        s.update(epoch=epoch + 1, batch=0, loss_total=0.0, loss_count=0.0)
+        s["done"] = bool(s["epoch"] >= self.t["epochs"] or (self.t["patience"] and s["wait"] >= self.t["patience"]))
+        self.save_checkpoint(at_epoch_end=True)
+        write_history(os.path.join(self.folder, "history.csv"), s["history"])
+        mean = s["seconds"] / len(s["history"])
+        left = 0 if s["done"] else self.t["epochs"] - s["epoch"]
+        self.log(format_epoch(row, self.t["epochs"], s["best_score"], s["best_epoch"], mean * left))
+
+    def fit(self) -> None:
+        while not self.state["done"]:
+            epoch = self.state["epoch"]
+            row, scores = self.run_epoch(epoch)
+            self.end_epoch(epoch, row, scores)
+
+    def finish(self) -> Dict[str, Any]:
+        """Writes metrics.json and report.txt of the best model; exports it."""
+        s = self.state
+        best = os.path.join(self.folder, "best.keras")
+        model = keras.saving.load_model(best, safe_mode=True)
+        metrics = {"dev": s["best_scores"], "best_epoch": s["best_epoch"], "epochs": s["epoch"],
+                   "stopped_early": s["epoch"] < self.t["epochs"], "seconds": s["seconds"],
+                   "backend": keras.backend.backend()}
+        report = per_type_report(s["best_scores"], self.dev, model)
+        checkpoint.atomic_write(os.path.join(self.folder, "report.txt"), report.encode("utf-8"))
+        if self.settings["export"]["enabled"] and backend.IS_TENSORFLOW:
+            metrics["export"] = model.export(os.path.join(self.folder, "export"))
+            self.log(f"exported {metrics['export']}")
+        elif self.settings["export"]["enabled"]:
+            self.log(f"export needs the TensorFlow backend: run `keras-birnn export {self.folder} OUT` there")
+        checkpoint.atomic_json(os.path.join(self.folder, "metrics.json"), metrics)
+        self.log(f"best dev score {100 * s['best_score']:.2f} at epoch {s['best_epoch']}: {best}")
+        return metrics
+
+
+def save_model(model, path: str) -> None:
+    """`model.save(path)` through a temporary file renamed over `path` (atomic)."""
+    temporary = f"{path[:-len('.keras')]}.tmp-{os.getpid()}.keras"
+    model.save(temporary)
+    os.replace(temporary, path)
+
+
+def prepare_folder(settings: Dict[str, Any], folder: str, resume: bool) -> None:
+    """Creates the run folder with its config.toml, or checks a resumed one's."""
+    saved = os.path.join(folder, "config.toml")
+    if resume:
+        if not os.path.isfile(saved):
+            raise RunError(f"{folder}: no run to resume (no config.toml); start it without --resume")
+        changed = differences(resolve(saved), settings)
+        if changed:
+            raise RunError(f"{saved}: the run was started with other settings ({', '.join(changed)}); "
+                           "resume with the same config and --set items, or start another --run")
+        return
+    if os.path.isdir(folder) and os.listdir(folder):
+        raise RunError(f"{folder}: the folder holds files; pass --resume to continue its run, or another --run")
+    os.makedirs(folder, exist_ok=True)
+    checkpoint.atomic_write(saved, dump(settings).encode("utf-8"))
+
+
+def train(settings: Dict[str, Any], folder: str, resume: bool = False,
+          log: Callable[[str], None] = print) -> Dict[str, Any]:
+    """Trains the model of `settings` in the run folder `folder`.
+
+    Args:
+        settings: Resolved settings (`keras_birnn.training.config.resolve`).
+        folder: The run folder (module docstring); new unless `resume`.
+        resume: Continue the run in `folder` from its latest checkpoint
+            (its config.toml must equal `settings`).
+        log: Where the progress lines go.
+
+    Returns:
+        The metrics written to `folder/metrics.json`.
+    """
+    prepare_folder(settings, folder, resume)
+    run = Run(settings, folder, log)
+    run.prepare()
+    run.fit()
+    return run.finish()
