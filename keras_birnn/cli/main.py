@@ -46,6 +46,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import keras
 
 from keras_birnn import training
+from keras_birnn.training import corpus as training_corpus
 from keras_birnn.data.readers import (DataFormatError, read_conll, read_conllu_column, read_text, read_tsv,
                                       split_fields, split_lines)
 from keras_birnn.data.summary import format_summary, summarize
@@ -123,7 +124,7 @@ def add_format_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--columns", type=parse_columns_flag, default=None, metavar="NAME=I,...",
                        help="column indices, negative from the end: conll tokens=0,tags=-1 (the default); "
                        "tsv text=0,label=1 (the default)")
-    group.add_argument("--conllu-column", default="upos", metavar="FIELD",
+    group.add_argument("--conllu-column", default=None, metavar="FIELD",
                        help="conllu: the field read as tags: upos (default), xpos, deprel, feats:<Name>, ...")
     group.add_argument("--scheme", choices=SCHEMES, default=None,
                        help="the tags' span scheme: data counts its violations; evaluate checks a conll file's "
@@ -208,7 +209,7 @@ def read_corpus(path: str, fmt: str, args: argparse.Namespace, needs_tags: bool 
             texts, labels = read_tsv(path, text_column, label_column, header=args.header)
             return Corpus(path, texts=texts, labels=labels, lines=token_lines(path, fmt, args.header))
         if fmt == "conllu":
-            sentences = read_conllu_column(path, args.conllu_column)
+            sentences = read_conllu_column(path, args.conllu_column or "upos")
         else:
             columns = args.columns or ({"tokens": 0, "tags": -1} if needs_tags else {"tokens": 0})
             if "tags" not in columns:
@@ -274,10 +275,57 @@ def load_task_model(path: str):
     return model
 
 
+def run_settings(args: argparse.Namespace) -> Optional[dict]:
+    """A run folder's data settings, when MODEL is one and no format flag is given:
+    FILE is then read as the run read its training file."""
+    flags = (args.format, args.columns, args.conllu_column, args.scheme)
+    saved = os.path.join(args.model, "config.toml")
+    if not os.path.isdir(args.model) or not os.path.isfile(saved) or any(f is not None for f in flags):
+        return None
+    try:
+        return training.resolve(saved)
+    except training.ConfigError as error:
+        raise UserError(str(error)) from None
+
+
+def run_corpus(settings: dict, path: str, needs_tags: bool) -> Corpus:
+    """FILE read with a run's data settings (`keras_birnn.training.corpus`)."""
+    data = settings["data"] if needs_tags else training_corpus.untagged(settings["data"], settings["task"])
+    fmt = training_corpus.file_format(data, path)
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such file")
+    try:
+        if settings["task"] == "classifier":
+            found = training_corpus.read_texts(path, data, fmt)
+            return Corpus(path, texts=found.x, labels=found.y, lines=token_lines(path, fmt, data["header"]))
+        return Corpus(path, sentences=training_corpus.read_tagged(path, data, fmt), lines=token_lines(path, fmt))
+    except (DataFormatError, OSError) as error:
+        raise UserError(describe(path, error)) from None
+    except ValueError as error:
+        raise UserError(f"{path}: {error}") from None
+
+
+def tagger_inputs(model: Tagger, found: Corpus):
+    """The tagger's `x` for the file's sentences: token lists, or with feature
+    columns the dict form; a UserError when the file lacks a feature column."""
+    tokens = [s["tokens"] for s in found.sentences]
+    names = model.feature_names
+    if not names:
+        return tokens
+    missing = [name for name in names if found.sentences and name not in found.sentences[0]]
+    if missing:
+        raise UserError(f"{found.path}: the model reads the feature column(s) {', '.join(missing)}: name them "
+                        f"with --columns, e.g. tokens=0,{missing[0]}=1,tags=-1")
+    return dict({"tokens": tokens}, **{name: [s[name] for s in found.sentences] for name in names})
+
+
 def model_corpus(parser: argparse.ArgumentParser, args: argparse.Namespace, model,
                  needs_tags: bool) -> Corpus:
     """FILE read in the format that `model` takes (a tagger: conll or
     conllu; a classifier: tsv)."""
+    settings = run_settings(args)
+    if settings is not None:
+        return run_corpus(settings, args.file, needs_tags)
     is_classifier = isinstance(model, SentenceClassifier)
     fmt = file_format(args, args.file, "tsv" if is_classifier else None)
     if is_classifier != (fmt == "tsv"):
@@ -318,7 +366,7 @@ def run_evaluate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     if corpus.is_texts:
         metrics = model.evaluate(corpus.texts, corpus.labels)
     else:
-        metrics = model.evaluate([s["tokens"] for s in corpus.sentences], [s["tags"] for s in corpus.sentences])
+        metrics = model.evaluate(tagger_inputs(model, corpus), [s["tags"] for s in corpus.sentences])
     print(json.dumps(metrics, sort_keys=True, default=plain))
 
 
@@ -338,7 +386,7 @@ def run_predict(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             print(json.dumps({"text": text, "label": found.label, "probability": found.probability}))
         return
     tokens = [s["tokens"] for s in corpus.sentences]
-    for words, found in zip(tokens, model.predict(tokens)):
+    for words, found in zip(tokens, model.predict(tagger_inputs(model, corpus))):
         if args.output_format == "jsonl":
             print(json.dumps({"tokens": words, "tags": found.tags, "confidence": found.confidence}))
         else:

@@ -38,14 +38,16 @@ class StringTaskModel(keras.Model):
         return cls(**config)
 
     def compile(self, optimizer="adam", loss=None, metrics=None, jit_compile="auto", **kwargs) -> None:
-        """Keras's `compile`. `jit_compile="auto"` looks at the network
-        alone: the steps call the network only, the encoder's string ops run
-        before them, on NumPy batches. (Keras's own "auto" sees the encoder,
-        which XLA cannot compile, and would train on JAX without `jax.jit`,
-        many times slower.)"""
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, jit_compile=jit_compile, **kwargs)
-        if jit_compile == "auto" and keras.backend.backend() == "jax" and not kwargs.get("run_eagerly"):
-            # Keras's setter would refuse: it checks every tracked layer, the encoder included.
+        """Keras's `compile`. `jit_compile` (True or "auto") looks at the
+        network alone: the steps call the network only, the encoder's string
+        ops run before them, on NumPy batches. (Keras's own check sees the
+        encoder, which XLA cannot compile, and would train on JAX without
+        `jax.jit`, many times slower.)"""
+        wanted = jit_compile
+        # Keras's setter refuses True here (it checks every tracked layer, the encoder included).
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics,
+                        jit_compile="auto" if wanted is True else wanted, **kwargs)
+        if wanted in ("auto", True) and keras.backend.backend() == "jax" and not kwargs.get("run_eagerly"):
             self._jit_compile = all(layer.supports_jit for layer in self.network._flatten_layers())
 
     def compile_from_config(self, config: dict) -> None:

@@ -56,6 +56,8 @@ def read_tagged(path: str, data: Dict[str, Any], fmt: str) -> List[Dict[str, Lis
     if fmt != "conll":
         raise ValueError(f"data.format = {fmt!r}: a tagger reads conll or conllu files ({path})")
     columns = data["columns"] or {TOKENS: 0, TAGS: -1}
+    if TAGS not in columns:
+        return read_conll(path, columns)
     file_scheme, train_scheme = tag_schemes(path, data, columns)
     return read_conll(path, columns, scheme=file_scheme, to_scheme=train_scheme)
 
@@ -118,6 +120,16 @@ def read_file(task: str, role: str, data: Dict[str, Any]) -> Examples:
         raise FileNotFoundError(f"data.{role} = {data[role]!r}: no such file")
     fmt = file_format(data, path)
     return read_texts(path, data, fmt) if task == "classifier" else as_examples(read_tagged(path, data, fmt))
+
+
+def untagged(data: Dict[str, Any], task: str = "tagger") -> Dict[str, Any]:
+    """`data` settings for reading a file that may lack the tags or labels
+    (prediction): the named columns but those, no scheme."""
+    if task == "classifier":
+        text = (data["columns"] or {}).get("text", 0)
+        return dict(data, columns={"text": text, "label": text})
+    columns = {k: v for k, v in (data["columns"] or {TOKENS: 0, TAGS: -1}).items() if k != TAGS}
+    return dict(data, columns=columns, scheme="none")
 
 
 def read_splits(task: str, data: Dict[str, Any]) -> Tuple[Examples, Examples, str]:

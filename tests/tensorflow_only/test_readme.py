@@ -105,3 +105,62 @@ def test_tagger_recipe(tmp_path, monkeypatch):
     confidence = out["confidence"].numpy()[0]
     np.testing.assert_allclose(confidence, marginals[0, np.arange(len(sentence)), expected], atol=1e-4)
     assert np.all((confidence > 0) & (confidence <= 1))
+
+
+def _section_bash(heading: str) -> str:
+    """The one ```bash block of README.md's section `## <heading>`."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"\n## {heading}\n")
+    section = text[start:text.find("\n## ", start + 1)]
+    blocks = [code for language, _, code, _ in code_blocks(section) if language == "bash"]
+    assert len(blocks) == 1, f"README.md, {heading!r}: expected one bash block, found {len(blocks)}"
+    return blocks[0]
+
+
+def _conll(count: int, seed: int) -> str:
+    """Two-column CoNLL text of people (B-PER I-PER) and places (B-LOC) among other words."""
+    rng = np.random.default_rng(seed)
+    people, places, other = ["Ada", "Alan", "Grace"], ["Paris", "Rome"], ["met", "in", "the", "saw", "near"]
+    lines = []
+    for _ in range(count):
+        for _ in range(rng.integers(3, 8)):
+            kind = rng.integers(4)
+            if kind == 2:
+                lines += [f"{rng.choice(people)} B-PER", "Lovelace I-PER"]
+            else:
+                lines.append(f"{rng.choice(places)} B-LOC" if kind == 3 else f"{rng.choice(other)} O")
+        lines.append("")
+    return "\n".join(lines)
+
+
+@pytest.mark.slow(reason="trains the shipped NER config on a small file (up to 25 epochs) and exports: about 60 s")
+def test_train_on_your_own_file_runs_as_printed(tmp_path):
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import keras
+
+    import keras_birnn  # noqa: F401  (registers Tagger for load_model)
+
+    for name, count, seed in (("my.train", 60, 0), ("my.dev", 20, 1), ("my.test", 20, 2)):
+        (tmp_path / name).write_text(_conll(count, seed), encoding="utf-8")
+    shutil.copytree(REPO / "examples" / "configs", tmp_path / "examples" / "configs")
+    env = dict(os.environ, PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+               TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    done = subprocess.run(["bash", "-e", "-c", _section_bash("Train on your own file")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    best = keras.saving.load_model(tmp_path / "runs" / "my_ner" / "best.keras", safe_mode=True)
+    blocks = [b.splitlines() for b in (tmp_path / "my.test").read_text().split("\n\n") if b.strip()]
+    tokens = [[line.split()[0] for line in b] for b in blocks]
+    tags = [[line.split()[1] for line in b] for b in blocks]
+    scores = best.evaluate(tokens, tags)
+    printed = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert json.loads(printed[-1])["f1"] == scores["f1"] and set(json.loads(printed[-1])["types"]) == {"LOC", "PER"}
+    tagged = [b.splitlines() for b in (tmp_path / "my.test.tagged").read_text().split("\n\n") if b.strip()]
+    assert [[line.split("\t")[1] for line in b] for b in tagged] == [p.tags for p in best.predict(tokens)]
+    assert "Result for output key tags" in done.stdout
+    assert "epoch  1/25" in done.stdout and "sentences" in done.stdout

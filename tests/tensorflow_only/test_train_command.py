@@ -238,3 +238,42 @@ def test_bad_configs_and_files_exit_2_naming_file_and_line(name, tmp_path, capsy
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("keras-birnn: error: ") and "Traceback" not in err
     assert expected in lines[0], lines[0]
+
+
+def chunk_text(count: int, seed: int) -> str:
+    """Three columns, word POS chunk: the POS tag decides the chunk tag (the words are random)."""
+    rng = np.random.default_rng(seed)
+    chunk = {"DT": "B-NP", "NN": "I-NP", "VB": "B-VP", "IN": "B-PP"}
+    lines = []
+    for _ in range(count):
+        for pos in ["DT", "NN", "VB", "IN", "DT", "NN"][: rng.integers(3, 7)]:
+            lines.append(f"w{rng.integers(40)} {pos} {chunk[pos]}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def test_a_feature_tagger_trains_evaluates_predicts_and_serves_with_its_run_columns(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.txt").write_text(chunk_text(60, 0))
+    (tmp_path / "test.txt").write_text(chunk_text(15, 1))
+    (tmp_path / "c.toml").write_text(TINY.replace('dev = "dev.conll"', "columns = {tokens = 0, pos = 1, tags = 2}")
+                                     .replace('train = "train.conll"', 'train = "train.txt"\nheld_out = 0.2'))
+    code, out, err = run(capsys, "train", "c.toml", "--run", "chunks")
+    assert code == 0, err
+    best = keras.saving.load_model(tmp_path / "chunks" / "best.keras", safe_mode=True)
+    assert best.feature_names == ["pos"]
+    rows = [[line.split() for line in b.splitlines()] for b in (tmp_path / "test.txt").read_text().split("\n\n")
+            if b.strip()]
+    x = {"tokens": [[r[0] for r in s] for s in rows], "pos": [[r[1] for r in s] for s in rows]}
+    gold = [[r[2] for r in s] for s in rows]
+    code, out, err = run(capsys, "evaluate", "chunks", "test.txt")  # read with the run's columns
+    assert code == 0, err
+    assert json.loads(out)["f1"] == best.evaluate(x, gold)["f1"]
+    code, out, err = run(capsys, "predict", "chunks", "test.txt")
+    predicted = [[line.split("\t")[1] for line in b.splitlines()] for b in out.split("\n\n") if b.strip()]
+    assert predicted == [p.tags for p in best.predict(x)]
+    serve = tf.saved_model.load(str(tmp_path / "chunks" / "export" / "1")).signatures["serving_default"]
+    served = serve(inputs=tf.constant(pad_tokens(x["tokens"])), pos=tf.constant(pad_tokens(x["pos"])))
+    assert [[t.decode() for t in row if t] for row in served["tags"].numpy()] == predicted
+    code, out, err = run(capsys, "evaluate", "chunks", "test.txt", "--columns", "tokens=0,tags=2")
+    assert code == 2 and "the model reads the feature column(s) pos" in err
