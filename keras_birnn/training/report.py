@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Sequence
 
 from keras_birnn.training.checkpoint import atomic_write
 
-HISTORY_FIELDS = ("epoch", "loss", "dev_score", "dev_accuracy", "learning_rate", "seconds")
+# seconds: the whole epoch (training, the dev pass, checkpoints); train_seconds: `fit` alone.
+HISTORY_FIELDS = ("epoch", "loss", "dev_score", "dev_accuracy", "learning_rate", "train_seconds", "seconds")
 
 
 def duration(seconds: float) -> str:

@@ -174,12 +174,13 @@ class Run:
         began = time.monotonic()
         if self.state["batch"] < self.steps:
             self.model.fit(self.epoch_data(epoch), epochs=1, verbose=0, shuffle=False, callbacks=[Loop(self)])
+        trained = time.monotonic() - began
         total, count = self.loss_sums()
         scores = dev_score(self.model, self.dev)
         rate = self.model.optimizer.learning_rate
         row = {"epoch": epoch + 1, "loss": total / max(count, 1e-12), "dev_score": scores["score"],
                "dev_accuracy": scores["accuracy"], "learning_rate": float(ops.convert_to_numpy(rate)),
-               "seconds": time.monotonic() - began}
+               "train_seconds": trained, "seconds": time.monotonic() - began}
         return row, scores
 
     def end_epoch(self, epoch: int, row: Dict[str, Any], scores: Dict[str, Any]) -> None:

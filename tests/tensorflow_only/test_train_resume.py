@@ -148,7 +148,7 @@ def test_a_killed_run_resumes_to_the_same_weights_and_dev_score(uninterrupted, p
         np.testing.assert_array_equal(got, want)
     assert got_metrics["dev"] == metrics["dev"]
     assert got_metrics["best_epoch"] == metrics["best_epoch"]
-    drop_seconds = lambda text: [line.split(",")[:-1] for line in text.splitlines()]  # noqa: E731
+    drop_seconds = lambda text: [line.split(",")[:-2] for line in text.splitlines()]  # noqa: E731
     assert drop_seconds(got_history)[0] == drop_seconds(history)[0]
     np.testing.assert_allclose(np.array(drop_seconds(got_history)[1:], float),
                                np.array(drop_seconds(history)[1:], float), rtol=1e-6)
