@@ -14,7 +14,6 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import keras
-import tensorflow as tf
 
 from keras_birnn.data import downloads
 from keras_birnn.tagging.batching import without_autotuning  # noqa: F401  (the examples' import)

@@ -185,7 +185,7 @@ def merge(settings: Dict[str, Any], given: Mapping[str, Any], where) -> None:
     names the place of a bad one in the message."""
     for key, value in given.items():
         if key in DEFAULTS and not isinstance(DEFAULTS[key], dict):
-            section, name, default = None, key, DEFAULTS[key]
+            default = DEFAULTS[key]
             problem = check_value(key, value, default)
             if problem:
                 raise ConfigError(f"{where(None, key)}: `{key}` {problem}")

@@ -22,13 +22,11 @@ checkpoint do not depend on when the process started.
 
 from __future__ import annotations
 
-import math
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict
 
 import keras
-import numpy as np
 from keras import ops
 
 from keras_birnn import backend

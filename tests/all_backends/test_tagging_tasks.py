@@ -139,6 +139,34 @@ def test_fit_lowers_the_loss_and_takes_a_dataset(tagger):
     assert tagger.evaluate(data, verbose=0, return_dict=True)["loss"] < before
 
 
+def test_fit_on_strings_calls_the_callbacks_once_a_batch(tagger):
+    class Count(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.batches, self.losses = 0, []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches += 1
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.losses.append(logs["loss"])
+
+    count = Count()
+    history = tagger.fit(TOKENS, TAGS, batch_size=5, epochs=2, verbose=0, callbacks=[count], seed=0)
+    assert count.batches == 2 * -(-len(TOKENS) // 5)
+    assert count.losses == history.history["loss"]
+
+
+def test_the_train_step_is_compiled_as_keras_would_compile_the_network(tagger):
+    """The encoder (string ops, no XLA) is outside the steps: on JAX they are
+    jit-compiled as the network alone would be; Keras's "auto" is False on
+    PyTorch and on a CPU-only TensorFlow."""
+    tagger.compile()
+    network = keras.Model(tagger.network.inputs, tagger.network.outputs)  # the same layers, no encoder
+    network.compile("adam", "mse")
+    assert tagger.jit_compile == network.jit_compile == (keras.backend.backend() == "jax")
+
+
 # --- batching ------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,6 @@ stopping, `--set`, and the catalogue of bad configs and files (exit code
 import csv
 import json
 import math
-import pathlib
 
 import keras
 import numpy as np
