@@ -104,7 +104,8 @@ SOURCES: Dict[str, str] = {
     "model.char_units": "Lample et al. 2016 (25 per direction)",
     "model.dropout": "Lample et al. 2016 (0.5); Reimers and Gurevych 2017 (0.25-0.5)",
     "train.optimizer": "Reimers and Gurevych 2017 (Nadam)",
-    "train.clipnorm": "Reimers and Gurevych 2017 (gradient normalization, threshold 1)",
+    "train.clipnorm": "Reimers and Gurevych 2017 (gradient normalization, threshold 1; here Keras's clipnorm, "
+                      "each variable's gradient)",
     "train.batch_size": "Reimers and Gurevych 2017 (8-32 sentences)",
     "train.patience": "Lample et al. 2016; Reimers and Gurevych 2017 (selection on dev, early stopping)",
 }

@@ -58,10 +58,10 @@ def label_scores(gold: Sequence[str], predicted: Sequence[str]) -> Dict[str, Dic
 def table(rows: Dict[str, Dict[str, float]], count: str, title: str) -> List[str]:
     """A fixed-width table of per-type scores (percentages) and counts."""
     width = max([len(title)] + [len(k) for k in rows])
-    lines = [f"{title:<{width}}  precision  recall     f1  {count}"]
+    lines = [f"{title:<{width}}  precision  recall      f1  {count}"]
     for name, s in rows.items():
         lines.append(f"{name or '<none>':<{width}}  {100 * s['precision']:9.2f}  {100 * s['recall']:6.2f}  "
-                     f"{100 * s['f1']:5.2f}  {int(s[count])}")
+                     f"{100 * s['f1']:6.2f}  {int(s[count])}")
     return lines
 
 

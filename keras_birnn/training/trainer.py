@@ -22,6 +22,7 @@ checkpoint do not depend on when the process started.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Callable, Dict
@@ -64,7 +65,9 @@ def build_model(settings: Dict[str, Any], train: Examples, dev: Examples):
                                              dropout=m["dropout"])
     chars = None if m["char_encoder"] == "none" else m["char_encoder"]
     extra = {"feature_dim": m["feature_dim"]} if isinstance(train.x, dict) else {}
-    return Tagger.from_sentences(train.x, train.y, tags=names, encoder=encoder, head=m["head"], cell=m["cell"],
+    scheme = None if settings["data"]["scheme"] == "none" else "auto"  # "none": token accuracy, no spans
+    return Tagger.from_sentences(train.x, train.y, tags=names, scheme=scheme, encoder=encoder, head=m["head"],
+                                 cell=m["cell"],
                                  hidden=m["hidden"], depth=m["depth"], embedding_dim=m["word_dim"],
                                  char_encoder=chars, char_dim=m["char_dim"], char_units=m["char_units"],
                                  dropout=m["dropout"], **extra)
@@ -266,5 +269,10 @@ def train(settings: Dict[str, Any], folder: str, resume: bool = False,
     prepare_folder(settings, folder, resume)
     run = Run(settings, folder, log)
     run.prepare()
+    finished = os.path.join(folder, "metrics.json")
+    if run.state["done"] and os.path.isfile(finished):  # resumed after the end: nothing to do
+        log(f"{folder}: the run is complete (metrics.json)")
+        with open(finished, encoding="utf-8") as handle:
+            return json.load(handle)
     run.fit()
     return run.finish()

@@ -100,7 +100,7 @@ def test_the_run_folder_holds_what_the_best_model_gives(trained):
     assert float(history[-1]["loss"]) < float(history[0]["loss"])
     report = (run_dir / "report.txt").read_text()
     for kind, s in metrics["dev"]["types"].items():
-        assert f"{100 * s['f1']:5.2f}" in [line.split()[3] for line in report.splitlines() if line.startswith(kind)]
+        assert f"{100 * s['f1']:.2f}" in [line.split()[3] for line in report.splitlines() if line.startswith(kind)]
     epoch_lines = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert len(epoch_lines) == 3 and all(" loss " in line and " dev " in line and " ETA " in line
                                          for line in epoch_lines)
@@ -193,6 +193,12 @@ def test_a_run_folder_is_not_reused_without_resume_nor_resumed_with_other_settin
     assert code == 2 and "run/config.toml: the run was started with other settings (train.epochs)" in err
     code, out, err = run(capsys, "train", "tiny.toml", "--run", "fresh_folder", "--resume")
     assert code == 2 and "no run to resume" in err
+    before = (folder / "run" / "metrics.json").read_text()
+    code, out, err = run(capsys, "train", "tiny.toml", "--run", "run", "--resume")
+    assert code == 0 and "the run is complete" in out and not [line for line in out.splitlines()
+                                                                  if line.startswith("epoch ")]
+    assert (folder / "run" / "metrics.json").read_text() == before
+    assert sorted(p.name for p in (folder / "run" / "export").iterdir()) == ["1"]
 
 
 # --- bad input: exit code 2, one line naming the file and line ---------------------------------------
