@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Tuple
 
 import keras
 from keras import ops
@@ -170,7 +170,7 @@ class Run:
 
         return batches_dataset(self.encoded, make, draw, len(groups) - start)
 
-    def run_epoch(self, epoch: int) -> Dict[str, Any]:
+    def run_epoch(self, epoch: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Trains the rest of one epoch and scores dev; returns the history row."""
         began = time.monotonic()
         if self.state["batch"] < self.steps:
