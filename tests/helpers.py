@@ -202,3 +202,19 @@ def quietly(fn, *args):
     with contextlib.redirect_stdout(text):
         result = fn(*args)
     return result, text.getvalue()
+
+
+NAMES = {"PER": ["Ada", "Alan", "Grace"], "LOC": ["Paris", "Rome", "Oslo"], "O": ["met", "in", "saw", "the", "near"]}
+
+
+def names_conll(count: int, seed: int, separator: str = " ", longest: int = 6) -> str:
+    """CoNLL text of `count` sentences of 2 to `longest` tokens: people
+    (B-PER), places (B-LOC) and other words (O); the word decides the tag."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(count):
+        for _ in range(rng.integers(2, longest + 1)):
+            kind = ["O", "O", "PER", "LOC"][rng.integers(4)]
+            lines.append(f"{rng.choice(NAMES[kind])}{separator}{'O' if kind == 'O' else 'B-' + kind}")
+        lines.append("")
+    return "\n".join(lines)

@@ -9,23 +9,16 @@ import keras
 import numpy as np
 import pytest
 
+from helpers import NAMES, names_conll
 from keras_birnn.training import resolve, train
 
-PEOPLE, PLACES, OTHER = ["Ada", "Alan", "Grace"], ["Paris", "Rome", "Oslo"], ["met", "in", "saw", "the", "near"]
+OTHER = NAMES["O"]
 SIZES = ["model.hidden=8", "model.word_dim=8", "model.char_dim=4", "model.char_units=4", "model.dropout=0.0",
          "train.batch_size=8", "train.learning_rate=0.03", "train.schedule=\"constant\"", "export.enabled=false"]
 
 
 def write_tagged(path, count: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    lines = []
-    for _ in range(count):
-        for _ in range(rng.integers(2, 6)):
-            kind = ["O", "O", "PER", "LOC"][rng.integers(4)]
-            word = rng.choice({"O": OTHER, "PER": PEOPLE, "LOC": PLACES}[kind])
-            lines.append(f"{word}\t{'O' if kind == 'O' else 'B-' + kind}")
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
+    path.write_text(names_conll(count, seed, separator="\t", longest=5), encoding="utf-8")
 
 
 def write_texts(path, count: int, seed: int) -> None:

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import names_conll
 from keras_birnn.cli.main import main
 from keras_birnn.tagging.encoder import pad_tokens
 from keras_birnn.training.config import DEFAULTS, SOURCES, dump, resolve
 
-PEOPLE, PLACES, OTHER = ["Ada", "Alan", "Grace"], ["Paris", "Rome", "Oslo"], ["met", "in", "saw", "the", "near"]
 TINY = """
 seed = 1
 [data]
@@ -40,15 +40,7 @@ learning_rate = 0.02
 
 def conll_text(count: int, seed: int) -> str:
     """`count` sentences of people, places and other words, IOB2 tags."""
-    rng = np.random.default_rng(seed)
-    lines = []
-    for _ in range(count):
-        for _ in range(rng.integers(2, 7)):
-            kind = ["O", "O", "PER", "LOC"][rng.integers(4)]
-            word = rng.choice({"O": OTHER, "PER": PEOPLE, "LOC": PLACES}[kind])
-            lines.append(f"{word} {'O' if kind == 'O' else 'B-' + kind}")
-        lines.append("")
-    return "\n".join(lines)
+    return names_conll(count, seed)
 
 
 def run(capsys, *argv):

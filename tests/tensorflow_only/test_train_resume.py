@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import names_conll
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL")
 
@@ -90,17 +92,9 @@ enabled = false
 
 
 def write_corpus(folder: pathlib.Path) -> None:
-    """A small IOB2 corpus: the capitalised words are names (B-PER, B-LOC)."""
-    rng = np.random.default_rng(0)
-    kinds = {"PER": ["Ada", "Alan", "Grace"], "LOC": ["Paris", "Rome", "Oslo"], "O": ["met", "in", "saw", "the"]}
-    for name, count in (("train.conll", 60), ("dev.conll", 20)):
-        lines = []
-        for _ in range(count):
-            for _ in range(rng.integers(2, 7)):
-                kind = ["O", "O", "PER", "LOC"][rng.integers(4)]
-                lines.append(f"{rng.choice(kinds[kind])} {'O' if kind == 'O' else 'B-' + kind}")
-            lines.append("")
-        (folder / name).write_text("\n".join(lines), encoding="utf-8")
+    """A small IOB2 corpus (the word decides the tag) and the run's config."""
+    (folder / "train.conll").write_text(names_conll(60, 0), encoding="utf-8")
+    (folder / "dev.conll").write_text(names_conll(20, 1), encoding="utf-8")
     (folder / "run.toml").write_text(CONFIG, encoding="utf-8")
 
 
