@@ -119,6 +119,14 @@ def flatten_layers(model: Any) -> List[Any]:
     return list(model._flatten_layers(include_self=False))
 
 
+def force_jit_compile(model: Any, value: bool) -> None:
+    """Sets a compiled model's `jit_compile`. Keras's setter refuses True
+    when any tracked layer has `supports_jit = False`, even one its train
+    step never calls (a task model's string encoder); it keeps the value in
+    the private `_jit_compile`."""
+    model._jit_compile = bool(value)
+
+
 def set_tensor_attribute(tensor: Any, name: str, value: Any) -> None:
     """Attaches `value` to `tensor` as Keras attaches masks: an attribute,
     or, for a tensor that takes none (JAX's tracers), Keras's store by

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 
 from keras_birnn.tagging.batching import DEFAULT_BATCH_SIZE, EncodedSentences, drop_words, sentence_dataset
+from keras_birnn.tf_internal import flatten_layers, force_jit_compile
 
 
 class StringTaskModel(keras.Model):
@@ -48,7 +49,8 @@ class StringTaskModel(keras.Model):
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics,
                         jit_compile="auto" if wanted is True else wanted, **kwargs)
         if wanted in ("auto", True) and keras.backend.backend() == "jax" and not kwargs.get("run_eagerly"):
-            self._jit_compile = all(layer.supports_jit for layer in self.network._flatten_layers())
+            layers = [self.network] + flatten_layers(self.network)
+            force_jit_compile(self, all(layer.supports_jit for layer in layers))
 
     def compile_from_config(self, config: dict) -> None:
         """Compiles a loaded model as it was saved (`compile` is overridden)."""
