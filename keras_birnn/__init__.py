@@ -10,6 +10,7 @@ from keras_birnn.layers.bidirectional import Bidirectional, DirectionalProjectio
 from keras_birnn.cells import GRUCell, LSTMCell, RecurrentCell, SimpleRNNCell
 from keras_birnn.recurrence.compile_policy import compilation
 from keras_birnn.crf import CRF, CRFLoss
+from keras_birnn.losses import TokenCrossentropy
 from keras_birnn.masking import lengths_to_mask, reverse_within_lengths
 from keras_birnn.layers.nested import NestedEncoder
 from keras_birnn.layers.recurrent import Recurrent
@@ -52,6 +53,7 @@ __all__ = [
     "compilation",
     "CRF",
     "CRFLoss",
+    "TokenCrossentropy",
     "check_graph_ops",
     "export_saved_model",
     "export_tflite",

@@ -1,4 +1,4 @@
-"""The one place keras_birnn touches TensorFlow's and Keras's private internals.
+"""The one place keras_birnn touches TensorFlow's, Keras's and JAX's private internals.
 
 Every other module goes through these functions, so that a TensorFlow or
 Keras upgrade that moves an internal breaks here, in one file, and
@@ -169,3 +169,12 @@ def in_symbolic_scope() -> bool:
     except ImportError:
         return False
     return in_scope()
+
+
+def live_jax_processes(count: int) -> List[int]:
+    """The processes of a multi-process JAX job that its coordination
+    service still hears from. JAX's public API has no liveness query; its
+    distributed client's `get_live_nodes` answers within a heartbeat."""
+    import jax._src.distributed as jax_distributed
+
+    return sorted(jax_distributed.global_state.client.get_live_nodes(list(range(count))))

@@ -408,7 +408,7 @@ def run_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     try:
         settings = training.resolve(args.config, args.overrides)
         training.train(settings, args.run, resume=args.resume, log=lambda line: print(line, flush=True))
-    except (training.ConfigError, training.RunError) as error:
+    except (training.ConfigError, training.RunError, training.ClusterError) as error:
         raise UserError(str(error)) from None
     except DataFormatError as error:
         raise UserError(str(error)) from None

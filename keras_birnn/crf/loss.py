@@ -16,6 +16,7 @@ from keras_birnn import tf_internal
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.crf.layer import attached_scores, crf_scores
 from keras_birnn.crf.maths import negative_log_likelihood
+from keras_birnn.losses import mean_over_rows
 
 Tensor = Any  # a tensor of the backend
 
@@ -47,8 +48,12 @@ class CRFLoss(keras.losses.Loss):
     """Negative log-likelihood of the gold tags under a `kb.CRF` head.
 
     One value per row (0 for a row with no valid position; labels at masked
-    positions are ignored), then Keras's reduction: by default the mean
-    over the batch's rows. `sample_weight` weighs rows (`[batch]`).
+    positions are ignored), then the reduction: by default the mean over
+    the batch's rows that hold a valid position (a row of padding alone
+    counts for nothing), the global batch's under a `tf.distribute` strategy
+    (`keras_birnn.losses.global_mean`), so shards of unequal rows train as
+    one device; any other reduction is Keras's. `sample_weight` weighs rows
+    (`[batch]`).
 
     `y_pred` must be the output of a `kb.CRF` layer (the decoded tags,
     which carry the CRF's scores; see `kb.CRF`); `y_true` holds integer
@@ -82,8 +87,12 @@ class CRFLoss(keras.losses.Loss):
         nll = negative_log_likelihood(
             scores.emissions, tags, scores.mask, scores.transitions, scores.start, scores.end
         )
-        # Keras's own __call__ then applies sample weights, the reduction and
-        # the distribution scaling to the per-row values (see `call`).
+        # The mean over the global batch's rows, also across the replicas
+        # of a strategy whose shards differ in rows; any other reduction is
+        # Keras's own, with its distribution scaling (see `call`).
+        mean = mean_over_rows(nll, scores.mask, sample_weight, self.reduction)
+        if mean is not None:
+            return ops.cast(mean, self.dtype)
         return super().__call__(nll, nll, sample_weight)
 
     def call(self, y_true, y_pred):

@@ -45,6 +45,7 @@ from keras import ops
 from keras_birnn import backend
 from keras_birnn.api_export import keras_birnn_export
 from keras_birnn.crf import CRFLoss
+from keras_birnn.losses import TokenCrossentropy
 from keras_birnn.tagging.batching import (DEFAULT_BATCH_SIZE, LENGTH_MULTIPLE, EncodedSentences, bucket_batches,
                                           drop_words, encode_sentences, pad_batch, pad_labels)
 from keras_birnn.tagging.builder import build_tagger
@@ -327,10 +328,11 @@ class Tagger(StringTaskModel):
         return self.network(inputs, training=training)
 
     def compile(self, optimizer="adam", loss="auto", metrics=None, **kwargs) -> None:
-        """Keras's `compile`; `loss="auto"`: `kb.CRFLoss()` for a CRF head, the
-        sparse cross-entropy for a softmax head (both skip padding)."""
+        """Keras's `compile`; `loss="auto"`: `kb.CRFLoss()` for a CRF head,
+        `kb.TokenCrossentropy()` for a softmax head (both skip padding and
+        average over the global batch, across a strategy's replicas too)."""
         if loss == "auto":
-            loss = CRFLoss() if self.head == "crf" else "sparse_categorical_crossentropy"
+            loss = CRFLoss() if self.head == "crf" else TokenCrossentropy()
         super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
 
     # --- strings to batches --------------------------------------------------

@@ -18,12 +18,17 @@ one; `train(..., resume=True)` continues from the latest and, with the
 same settings, ends with the weights and dev score of a run that never
 stopped: the batches, word dropout and dropout masks that follow a
 checkpoint do not depend on when the process started.
+
+Run on several processes (`keras_birnn.training.distributed`), every
+process trains on its rows of the same global batches and scores dev;
+process 0 alone writes the run folder and prints.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from typing import Any, Callable, Dict, Tuple
 
@@ -35,7 +40,7 @@ from keras_birnn.tagging.batching import batch_rng, batches_dataset, epoch_batch
 from keras_birnn.tagging.classifier import SentenceClassifier
 from keras_birnn.tagging.encoder import TokenEncoder
 from keras_birnn.tagging.tagger import Tagger
-from keras_birnn.training import checkpoint
+from keras_birnn.training import checkpoint, distributed
 from keras_birnn.training.config import differences, dump, resolve
 from keras_birnn.training.corpus import Examples, read_splits
 from keras_birnn.training.report import format_epoch, per_type_report, write_history
@@ -102,14 +107,18 @@ class Loop(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.run.state["batch"] += 1
         if self.run.checkpoint_due():
+            if hasattr(self.model, "jax_state_sync"):  # JAX's fit holds the variables' values until told
+                self.model.jax_state_sync()
             self.run.save_checkpoint()
 
 
 class Run:
     """One training run in a folder: its settings, data, model and state."""
 
-    def __init__(self, settings: Dict[str, Any], folder: str, log: Callable[[str], None]):
-        self.settings, self.folder, self.log = settings, folder, log
+    def __init__(self, settings: Dict[str, Any], folder: str, log: Callable[[str], None],
+                 processes: distributed.Processes = distributed.Processes()):
+        self.settings, self.folder, self.processes = settings, folder, processes
+        self.log = log if processes.writes else (lambda line: None)
         self.seed = settings["seed"]
         self.t = settings["train"]
         self.state: Dict[str, Any] = {"number": 0, "epoch": 0, "batch": 0, "loss_total": 0.0, "loss_count": 0.0,
@@ -152,7 +161,8 @@ class Run:
         state = dict(self.state, number=self.state["number"] + 1)
         if not at_epoch_end:
             state["loss_total"], state["loss_count"] = self.loss_sums()
-        checkpoint.save(self.checkpoints, self.model, state)
+        if self.processes.writes:
+            checkpoint.save(self.checkpoints, self.model, state)
         self.state["number"] = state["number"]
         self.last_save = time.monotonic()
 
@@ -161,8 +171,8 @@ class Run:
         groups = epoch_batches(self.encoded.lengths, self.t["batch_size"], self.seed, epoch)
         start, rate = self.state["batch"], self.t["word_dropout"]
 
-        def make(encoded, indices, rng):
-            return self.model.training_batch(encoded, indices, rng, rate)
+        def make(encoded, indices, rng):  # the global batch, then this process's rows of it
+            return distributed.local_rows(self.model.training_batch(encoded, indices, rng, rate), self.processes)
 
         def draw():
             for index in range(start, len(groups)):
@@ -189,7 +199,7 @@ class Run:
         s = self.state
         if s["best_score"] is None or row["dev_score"] > s["best_score"]:
             s["best_score"], s["best_epoch"], s["best_scores"], s["wait"] = row["dev_score"], epoch + 1, scores, 0
-            save_model(self.model, os.path.join(self.folder, "best.keras"))
+            save_model(self.model, os.path.join(self.folder, "best.keras"), self.processes.writes)
         else:
             s["wait"] += 1
         s["history"].append(row)
@@ -197,7 +207,8 @@ class Run:
         s.update(epoch=epoch + 1, batch=0, loss_total=0.0, loss_count=0.0)
         s["done"] = bool(s["epoch"] >= self.t["epochs"] or (self.t["patience"] and s["wait"] >= self.t["patience"]))
         self.save_checkpoint(at_epoch_end=True)
-        write_history(os.path.join(self.folder, "history.csv"), s["history"])
+        if self.processes.writes:
+            write_history(os.path.join(self.folder, "history.csv"), s["history"])
         mean = s["seconds"] / len(s["history"])
         left = 0 if s["done"] else self.t["epochs"] - s["epoch"]
         self.log(format_epoch(row, self.t["epochs"], s["best_score"], s["best_epoch"], mean * left))
@@ -212,10 +223,13 @@ class Run:
         """Writes metrics.json and report.txt of the best model; exports it."""
         s = self.state
         best = os.path.join(self.folder, "best.keras")
-        model = keras.saving.load_model(best, safe_mode=True)
         metrics = {"dev": s["best_scores"], "best_epoch": s["best_epoch"], "epochs": s["epoch"],
                    "stopped_early": s["epoch"] < self.t["epochs"], "seconds": s["seconds"],
-                   "backend": keras.backend.backend()}
+                   "backend": keras.backend.backend(), "processes": self.processes.count}
+        if not self.processes.writes:
+            return metrics
+        distributed.alone()  # the best model is scored and exported by this process alone
+        model = keras.saving.load_model(best, safe_mode=True)
         report = per_type_report(s["best_scores"], self.dev, model)
         checkpoint.atomic_write(os.path.join(self.folder, "report.txt"), report.encode("utf-8"))
         if self.settings["export"]["enabled"] and backend.IS_TENSORFLOW:
@@ -228,8 +242,15 @@ class Run:
         return metrics
 
 
-def save_model(model, path: str) -> None:
-    """`model.save(path)` through a temporary file renamed over `path` (atomic)."""
+def save_model(model, path: str, writes: bool = True) -> None:
+    """`model.save(path)` through a temporary file renamed over `path`
+    (atomic). A process that does not write (`writes=False`) saves to a
+    file it deletes: saving a model distributed over processes places
+    arrays on every process's devices, which each process must join."""
+    if not writes:
+        with tempfile.TemporaryDirectory() as folder:
+            model.save(os.path.join(folder, "model.keras"))
+        return
     temporary = f"{path[:-len('.keras')]}.tmp-{os.getpid()}.keras"
     model.save(temporary)
     os.replace(temporary, path)
@@ -266,13 +287,20 @@ def train(settings: Dict[str, Any], folder: str, resume: bool = False,
     Returns:
         The metrics written to `folder/metrics.json`.
     """
-    prepare_folder(settings, folder, resume)
-    run = Run(settings, folder, log)
+    processes = distributed.join()
+    if processes.writes:
+        prepare_folder(settings, folder, resume)
+    run = Run(settings, folder, log, processes)
     run.prepare()
     finished = os.path.join(folder, "metrics.json")
     if run.state["done"] and os.path.isfile(finished):  # resumed after the end: nothing to do
-        log(f"{folder}: the run is complete (metrics.json)")
+        run.log(f"{folder}: the run is complete (metrics.json)")
         with open(finished, encoding="utf-8") as handle:
             return json.load(handle)
-    run.fit()
+    try:
+        run.fit()
+    except Exception as error:
+        if processes.count > 1:  # a lost process fails the others' next collective
+            distributed.stop_job(processes, error)
+        raise
     return run.finish()

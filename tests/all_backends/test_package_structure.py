@@ -28,7 +28,7 @@ ROOT = "keras_birnn"
 TIERS: List[Set[str]] = [
     {"backend"},
     {"config", "api_export", "serialization", "functions", "tf_internal"},
-    {"masking"},
+    {"masking", "losses"},
     {"cells"},
     {"recurrence"},
     {"layers"},

@@ -13,7 +13,7 @@ from typing import List
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "keras_birnn"
 HOME = PACKAGE / "tf_internal.py"
-PRIVATE_MODULES = ("tensorflow.python", "keras.src")
+PRIVATE_MODULES = ("tensorflow.python", "keras.src", "jax._src")
 PRIVATE_ATTRIBUTES = ("_inbound_nodes", "_keras_mask", "__internal__", "_flatten_layers")
 
 
