@@ -52,12 +52,17 @@ def all_variables(model) -> List:
     return list(model.variables) + (list(optimizer.variables) if optimizer is not None else [])
 
 
-def save(folder: str, model, state: Dict[str, Any]) -> str:
+def save(folder: str, model, state: Dict[str, Any], write: bool = True) -> str:
     """Writes checkpoint `state["number"]` of `model` into `folder` and names
-    it the latest; deletes the older ones. Returns the `.npz` path."""
-    os.makedirs(folder, exist_ok=True)
-    number = int(state["number"])
+    it the latest; deletes the older ones. Returns the `.npz` path. With
+    `write=False` it reads the values and writes nothing: a worker of a
+    TensorFlow job joins the reads of the worker that writes (the metrics'
+    totals are summed over the workers when read)."""
     values = [ops.convert_to_numpy(v) for v in all_variables(model)]
+    number = int(state["number"])
+    if not write:
+        return ""
+    os.makedirs(folder, exist_ok=True)
     arrays = os.path.join(folder, f"state-{number}.npz")
     buffer = io.BytesIO()
     np.savez(buffer, *values)

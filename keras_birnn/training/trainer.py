@@ -30,7 +30,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import keras
 from keras import ops
@@ -78,14 +78,15 @@ def build_model(settings: Dict[str, Any], train: Examples, dev: Examples):
                                  dropout=m["dropout"], **extra)
 
 
-def compile_model(model, settings: Dict[str, Any], steps_per_epoch: int) -> None:
-    """The configured optimizer, learning-rate schedule and clipping."""
+def compile_model(model, settings: Dict[str, Any], steps_per_epoch: int, clip: bool = True) -> None:
+    """The configured optimizer, learning-rate schedule and clipping (none
+    with `clip=False`: the caller clips)."""
     t = settings["train"]
     rate = t["learning_rate"]
     if t["schedule"] == "cosine":
         rate = keras.optimizers.schedules.CosineDecay(rate, decay_steps=max(t["epochs"] * steps_per_epoch, 1),
                                                       alpha=t["min_learning_rate"])
-    optimizer = OPTIMIZERS[t["optimizer"]](learning_rate=rate, clipnorm=t["clipnorm"] or None)
+    optimizer = OPTIMIZERS[t["optimizer"]](learning_rate=rate, clipnorm=(t["clipnorm"] or None) if clip else None)
     model.compile(optimizer=optimizer, metrics=None)
     optimizer.build(model.trainable_variables)  # its variables exist before a checkpoint restores them
 
@@ -105,11 +106,8 @@ class Loop(keras.callbacks.Callback):
         self.run = run
 
     def on_train_batch_end(self, batch, logs=None):
-        self.run.state["batch"] += 1
-        if self.run.checkpoint_due():
-            if hasattr(self.model, "jax_state_sync"):  # JAX's fit holds the variables' values until told
-                self.model.jax_state_sync()
-            self.run.save_checkpoint()
+        # JAX's fit holds the variables' values until told to sync them.
+        self.run.after_batch(getattr(self.model, "jax_state_sync", None))
 
 
 class Run:
@@ -125,6 +123,8 @@ class Run:
                                       "best_score": None, "best_epoch": None, "best_scores": None, "wait": 0,
                                       "history": [], "done": False, "seconds": 0.0}
         self.last_save = time.monotonic()
+        self.step = None  # the traced step of a multi-worker run, and its epoch's loss sums
+        self.live_loss = (0.0, 0.0)
 
     @property
     def checkpoints(self) -> str:
@@ -134,14 +134,16 @@ class Run:
         """Reads the data, builds and compiles the model, restores the latest checkpoint."""
         keras.utils.set_random_seed(self.seed)
         self.train, self.dev, what = read_splits(self.settings["task"], self.settings["data"])
-        self.model = build_model(self.settings, self.train, self.dev)
-        self.encoded = self.model.encode(self.train.x, self.train.y)
-        self.steps = len(epoch_batches(self.encoded.lengths, self.t["batch_size"], self.seed, 0))
-        compile_model(self.model, self.settings, self.steps)
-        found = checkpoint.latest(self.checkpoints)
-        if found is not None:
-            self.state, arrays = found
-            checkpoint.restore(self.model, arrays, self.state.pop("variables"))
+        with self.processes.scope():
+            self.model = build_model(self.settings, self.train, self.dev)
+            self.encoded = self.model.encode(self.train.x, self.train.y)
+            self.steps = len(epoch_batches(self.encoded.lengths, self.t["batch_size"], self.seed, 0))
+            # A multi-worker step clips the all-reduced gradients itself.
+            compile_model(self.model, self.settings, self.steps, clip=self.processes.strategy is None)
+            found = checkpoint.latest(self.checkpoints)
+            if found is not None:
+                self.state, arrays = found
+                checkpoint.restore(self.model, arrays, self.state.pop("variables"))
         self.log(f"train: {len(self.train)} examples, {self.steps} batches an epoch; dev: {len(self.dev)} "
                  f"({what}); {self.model.count_params():,} parameters; backend {keras.backend.backend()}")
 
@@ -149,20 +151,34 @@ class Run:
         every = self.t["checkpoint_steps"]
         if every:
             return self.state["batch"] % every == 0
-        return time.monotonic() - self.last_save >= 60.0 * self.t["checkpoint_minutes"] > 0
+        # By the clock: every process must agree, as TensorFlow's workers
+        # all read the values a checkpoint holds (a collective).
+        return self.processes.agree(time.monotonic() - self.last_save >= 60.0 * self.t["checkpoint_minutes"] > 0)
+
+    def after_batch(self, sync: Optional[Callable[[], None]] = None) -> None:
+        """Counts a batch; writes a mid-epoch checkpoint when one is due
+        (`sync` first brings the training state into the variables)."""
+        self.state["batch"] += 1
+        if self.checkpoint_due():
+            if sync is not None:
+                sync()
+            self.save_checkpoint()
 
     def loss_sums(self) -> tuple:
-        """The epoch's loss total and count: those carried over a resume plus fit's tracker."""
-        tracker = next(m for m in self.model.metrics if m.name == "loss")
-        total, count = (float(ops.convert_to_numpy(v)) for v in tracker.variables)
+        """The epoch's loss total and count: those carried over a resume plus
+        fit's tracker (or the multi-worker steps' own sums)."""
+        if self.processes.strategy is not None:
+            total, count = self.live_loss
+        else:
+            tracker = next(m for m in self.model.metrics if m.name == "loss")
+            total, count = (float(ops.convert_to_numpy(v)) for v in tracker.variables)
         return self.state["loss_total"] + total, self.state["loss_count"] + count
 
     def save_checkpoint(self, at_epoch_end: bool = False) -> None:
         state = dict(self.state, number=self.state["number"] + 1)
         if not at_epoch_end:
             state["loss_total"], state["loss_count"] = self.loss_sums()
-        if self.processes.writes:
-            checkpoint.save(self.checkpoints, self.model, state)
+        checkpoint.save(self.checkpoints, self.model, state, write=self.processes.writes)
         self.state["number"] = state["number"]
         self.last_save = time.monotonic()
 
@@ -183,7 +199,9 @@ class Run:
     def run_epoch(self, epoch: int) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Trains the rest of one epoch and scores dev; returns the history row."""
         began = time.monotonic()
-        if self.state["batch"] < self.steps:
+        if self.state["batch"] < self.steps and self.processes.strategy is not None:
+            self.fit_steps(epoch)
+        elif self.state["batch"] < self.steps:
             self.model.fit(self.epoch_data(epoch), epochs=1, verbose=0, shuffle=False, callbacks=[Loop(self)])
         trained = time.monotonic() - began
         total, count = self.loss_sums()
@@ -193,6 +211,21 @@ class Run:
                "dev_accuracy": scores["accuracy"], "learning_rate": float(ops.convert_to_numpy(rate)),
                "train_seconds": trained, "seconds": time.monotonic() - began}
         return row, scores
+
+    def fit_steps(self, epoch: int) -> None:
+        """The epoch under TensorFlow's multi-worker strategy, where Keras's
+        `fit` cannot run: Keras's `train_step` on each worker's rows under
+        `strategy.run` (gradients all-reduced by the optimizer)."""
+        strategy = self.processes.strategy
+        data = strategy.distribute_datasets_from_function(lambda context: self.epoch_data(epoch))
+        if self.step is None:  # traced once: every epoch's batches have the same spec
+            self.step = distributed.step_function(strategy, self.model, data.element_spec, self.t["clipnorm"])
+        for batch in data:
+            loss = float(self.step(batch))
+            # Weighed by the batch's rows, as fit's loss tracker weighs it.
+            rows = len(keras.tree.flatten(strategy.experimental_local_results(batch)[0])[0]) * self.processes.count
+            self.live_loss = (self.live_loss[0] + loss * rows, self.live_loss[1] + rows)
+            self.after_batch()
 
     def end_epoch(self, epoch: int, row: Dict[str, Any], scores: Dict[str, Any]) -> None:
         """Keeps the best model, advances the state, checkpoints, writes the history."""
@@ -205,6 +238,7 @@ class Run:
         s["history"].append(row)
         s["seconds"] += row["seconds"]
         s.update(epoch=epoch + 1, batch=0, loss_total=0.0, loss_count=0.0)
+        self.live_loss = (0.0, 0.0)
         s["done"] = bool(s["epoch"] >= self.t["epochs"] or (self.t["patience"] and s["wait"] >= self.t["patience"]))
         self.save_checkpoint(at_epoch_end=True)
         if self.processes.writes:

@@ -13,8 +13,9 @@ Then process 1 kills itself (SIGKILL) in the middle of an epoch, after a
 mid-epoch checkpoint: process 0 must exit non-zero within 60 s naming the
 lost process, and `--resume` on both ends with the 1-process weights.
 
-Runs on the JAX backend's suite (the job's processes use JAX whatever the
-suite's backend; once is enough).
+The jobs run in the JAX backend's suite (their processes use JAX whatever
+the suite's backend; once is enough); the refused settings run on every
+backend.
 """
 
 import json
@@ -31,11 +32,14 @@ import pytest
 
 from helpers import names_conll
 
+from keras_birnn.cli.main import main
+from keras_birnn.training import distributed
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
-pytestmark = [
-    pytest.mark.skipif(keras.backend.backend() != "jax", reason="a JAX job; runs in the JAX suite"),
-    pytest.mark.skipif(os.name != "posix", reason="SIGKILL"),
-]
+BACKEND = keras.backend.backend()
+# The jobs: JAX processes in the JAX suite, TensorFlow workers in TensorFlow's.
+JOB = pytest.mark.skipif(BACKEND not in ("jax", "tensorflow") or os.name != "posix",
+                         reason="a job of JAX processes or TensorFlow workers on POSIX (SIGKILL)")
 
 CONFIG = """task = "tagger"
 seed = 3
@@ -69,12 +73,12 @@ from keras_birnn.training import trainer
 
 after = int(os.environ.get("KILL_AFTER_BATCH", 0))
 if after:
-    batch_end = trainer.Loop.on_train_batch_end
-    def on_train_batch_end(self, batch, logs=None):
-        batch_end(self, batch, logs)
-        if self.run.state["batch"] == after:
+    after_batch = trainer.Run.after_batch
+    def counted(self, sync=None):
+        after_batch(self, sync)
+        if self.state["batch"] == after:
             os.kill(os.getpid(), signal.SIGKILL)
-    trainer.Loop.on_train_batch_end = on_train_batch_end
+    trainer.Run.after_batch = counted
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -85,14 +89,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(folder: pathlib.Path, head: str, run: str, index=None, port=None, extra=(), kill_after=0):
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
+def job_variables(backend: str, index: int, ports) -> dict:
+    """Process `index` of 2: Keras's variables (JAX) or TF_CONFIG (TensorFlow)."""
+    if backend == "jax":
+        return {"KERAS_DISTRIBUTION_JOB_ADDRESSES": f"127.0.0.1:{ports[0]}",
+                "KERAS_DISTRIBUTION_NUM_PROCESSES": "2", "KERAS_DISTRIBUTION_PROCESS_ID": str(index)}
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+
+
+def start(folder: pathlib.Path, head: str, run: str, index=None, ports=None, extra=(), kill_after=0):
+    backend = BACKEND
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(REPO))
     for name in ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES",
-                 "KERAS_DISTRIBUTION_PROCESS_ID", "KILL_AFTER_BATCH"):
+                 "KERAS_DISTRIBUTION_PROCESS_ID", "KILL_AFTER_BATCH", "TF_CONFIG"):
         env.pop(name, None)
     if index is not None:
-        env.update(KERAS_DISTRIBUTION_JOB_ADDRESSES=f"127.0.0.1:{port}", KERAS_DISTRIBUTION_NUM_PROCESSES="2",
-                   KERAS_DISTRIBUTION_PROCESS_ID=str(index))
+        env.update(job_variables(backend, index, ports))
     if kill_after:
         env["KILL_AFTER_BATCH"] = str(kill_after)
     config = folder / f"{head}.toml"
@@ -109,10 +122,15 @@ def finished(process, timeout=400):
 
 def job(folder, head, run, extra=(), kill_after=0):
     """Both processes of a 2-process job, process 1 started first."""
-    port = free_port()
-    second = start(folder, head, run, 1, port, extra, kill_after)
-    first = start(folder, head, run, 0, port, extra)
+    ports = (free_port(), free_port())
+    second = start(folder, head, run, 1, ports, extra, kill_after)
+    first = start(folder, head, run, 0, ports, extra)
     return first, second
+
+
+# What process 0 says: JAX's coordinator names the lost process; TensorFlow's
+# error names it when its heartbeat check has seen it (else the failed step).
+LOST = "process 1 of 2 was lost; process 0 stops" if BACKEND == "jax" else "; process 0 stops ("
 
 
 def last_checkpoint(run: pathlib.Path):
@@ -149,7 +167,8 @@ def assert_same_run(run, oracle):
     assert metrics["dev"]["f1"] > 0.9
 
 
-@pytest.mark.slow(reason="2 JAX processes and 1, two heads: ~2.5 min")
+@JOB
+@pytest.mark.slow(reason="2 processes and 1, two heads: ~2.5 min")
 @pytest.mark.parametrize("head", ["crf", "softmax"])
 def test_two_processes_train_as_one(corpus, alone, head):
     first, second = job(corpus, head, f"two_{head}")
@@ -163,7 +182,8 @@ def test_two_processes_train_as_one(corpus, alone, head):
     assert written == ["best.keras", "checkpoint", "config.toml", "history.csv", "metrics.json", "report.txt"]
 
 
-@pytest.mark.slow(reason="a killed 2-process JAX job and its resume: ~1.5 min")
+@JOB
+@pytest.mark.slow(reason="a killed 2-process job and its resume: ~1.5 min")
 def test_a_killed_process_stops_the_job_which_resumes_exactly(corpus, alone):
     first, second = job(corpus, "crf", "killed", kill_after=7)
     code1, _, _ = finished(second)
@@ -171,7 +191,7 @@ def test_a_killed_process_stops_the_job_which_resumes_exactly(corpus, alone):
     assert code1 == -9
     code0, _, err0 = finished(first)
     assert time.monotonic() - killed_at < 60
-    assert code0 == 1 and "process 1 of 2 was lost; process 0 stops" in err0, err0[-3000:]
+    assert code0 == 1 and LOST in err0, err0[-3000:]
     assert "--resume" in err0 and "Traceback" not in err0
     number = json.loads((corpus / "killed" / "checkpoint" / "latest.json").read_text())["number"]
     state = json.loads((corpus / "killed" / "checkpoint" / f"state-{number}.json").read_text())
@@ -180,3 +200,61 @@ def test_a_killed_process_stops_the_job_which_resumes_exactly(corpus, alone):
     (code0, _, err0), (code1, _, err1) = finished(first), finished(second)
     assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
     assert_same_run(corpus / "killed", alone["crf"])
+
+
+ON_JAX = BACKEND == "jax"
+BAD_JOBS = [
+    ({"KERAS_DISTRIBUTION_NUM_PROCESSES": "2"},
+     "without KERAS_DISTRIBUTION_JOB_ADDRESSES, KERAS_DISTRIBUTION_PROCESS_ID" if ON_JAX else "needs KERAS_BACKEND=jax"),
+    ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1:1", "KERAS_DISTRIBUTION_NUM_PROCESSES": "two",
+      "KERAS_DISTRIBUTION_PROCESS_ID": "0"},
+     "KERAS_DISTRIBUTION_NUM_PROCESSES must be an integer, received 'two'" if ON_JAX else "needs KERAS_BACKEND=jax"),
+    ({"KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1:1", "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+      "KERAS_DISTRIBUTION_PROCESS_ID": "2"},
+     "KERAS_DISTRIBUTION_PROCESS_ID=2 is not a process of KERAS_DISTRIBUTION_NUM_PROCESSES=2" if ON_JAX
+     else "needs KERAS_BACKEND=jax"),
+    pytest.param({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:1"]},
+                                           "task": {"type": "worker", "index": 0}})},
+                 "TF_CONFIG names 2 workers: TensorFlow's multi-worker strategy needs KERAS_BACKEND=tensorflow",
+                 marks=pytest.mark.skipif(BACKEND == "tensorflow", reason="TensorFlow joins the workers")),
+    ({"TF_CONFIG": "{cluster"}, "TF_CONFIG is not a JSON object"),
+]
+
+
+@pytest.mark.parametrize("env, message", BAD_JOBS)
+def test_job_settings_it_cannot_join_are_refused(monkeypatch, tmp_path, capsys, env, message):
+    for name in distributed.JAX_VARIABLES + ("TF_CONFIG",):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(distributed.ClusterError, match=message.replace("(", r"\(")):
+        distributed.join()
+    # The command: exit 2, one line, no run folder written.
+    (tmp_path / "train.conll").write_text(names_conll(20, 1) + "\n", encoding="utf-8")
+    (tmp_path / "c.toml").write_text(f'[data]\ntrain = "{tmp_path}/train.conll"\n', encoding="utf-8")
+    assert main(["train", str(tmp_path / "c.toml"), "--run", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_rows_of_a_batch_split_evenly_with_empty_rows():
+    words = np.arange(1, 16).reshape(5, 3)
+    batch = ((words, words[..., None] * 10), words % 4, np.ones((5, 3)))
+    shards = [distributed.local_rows(batch, distributed.Processes(i, 2)) for i in range(2)]
+    joined = [np.concatenate([keras.tree.flatten(s)[k] for s in shards]) for k in range(4)]
+    for got, expected in zip(joined, keras.tree.flatten(batch)):
+        np.testing.assert_array_equal(got[:5], expected)
+        np.testing.assert_array_equal(got[5:], 0)  # the empty row: padding, tag 0, weight 0
+    assert distributed.local_rows(batch, distributed.Processes()) is batch
+
+
+def test_tensorflow_errors_name_the_unhealthy_tasks(monkeypatch):
+    message = ("Collective ops is aborted by: Error reported from /job:worker/task:2: The following tasks are "
+               "unhealthy (stopped sending heartbeats):\n/job:worker/replica:0/task:1\n/job:chief/replica:0/task:0\n"
+               "The tasks have crashed.")
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["c:1"], "worker": ["a:1", "b:1"]}}))
+    assert distributed.unhealthy_tasks(message) == [0, 2]  # the chief is process 0, worker 1 process 2
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:1", "c:1"]}}))
+    assert distributed.unhealthy_tasks(message.replace("/job:chief/replica:0/task:0\n", "")) == [1]
+    assert distributed.unhealthy_tasks("Socket closed") == []
