@@ -4,26 +4,28 @@
 - JAX: Keras's variables `KERAS_DISTRIBUTION_JOB_ADDRESSES` (the
   coordinator's `host:port`, or every process's, comma-separated),
   `KERAS_DISTRIBUTION_NUM_PROCESSES` and `KERAS_DISTRIBUTION_PROCESS_ID`.
-  `join` calls `keras.distribution.initialize()` (which reads them) and
+  `join` starts JAX's distributed runtime from them (as
+  `keras.distribution.initialize()` does, with a shorter heartbeat) and
   sets `keras.distribution.DataParallel` over every process's devices; on
   CPUs the collectives are gloo's.
 - TensorFlow: `TF_CONFIG` naming several workers (one replica each):
   `join` creates a `tf.distribute.MultiWorkerMirroredStrategy`, the model
-  is built in its scope, and the trainer runs Keras's `train_step` per
-  batch under `strategy.run` (Keras's `fit` cannot run under this
-  strategy).
+  is built in its scope, and the trainer runs `step_function` per batch
+  (Keras's `fit` cannot run under this strategy).
 
 Every process draws the same global batches as a 1-process run (they
 depend on the seed and the epoch alone), pads a batch whose rows do not
 split evenly with empty rows (no valid position: the losses skip them),
 and feeds its own slice of rows (`local_rows`); JAX runs one program over
-the global batch, so the step is the 1-process step. Process 0 writes
-the run folder; the others write nothing.
+the global batch, and TensorFlow's losses divide by counts summed over
+the workers (`keras_birnn.losses`), so the step is the 1-process step.
+Process 0 writes the run folder; the others write nothing.
 
 A process that dies fails the others' next collective step; each of them
-then asks the coordinator which processes it lost, says so in one line
-and exits with status 1 (`stop_job`), within a heartbeat
-(`HEARTBEAT_SECONDS`). `--resume` on every process continues the job.
+says in one line which processes were lost (JAX's coordinator answers
+within a heartbeat, `HEARTBEAT_SECONDS`; TensorFlow's error names them)
+and exits with status 1 (`stop_job`). `--resume` on every process
+continues the job.
 """
 
 from __future__ import annotations

@@ -214,8 +214,9 @@ class Run:
 
     def fit_steps(self, epoch: int) -> None:
         """The epoch under TensorFlow's multi-worker strategy, where Keras's
-        `fit` cannot run: Keras's `train_step` on each worker's rows under
-        `strategy.run` (gradients all-reduced by the optimizer)."""
+        `fit` cannot run: `distributed.step_function` on each worker's rows
+        (the model's compiled loss, clipping of the all-reduced gradients,
+        the optimizer)."""
         strategy = self.processes.strategy
         data = strategy.distribute_datasets_from_function(lambda context: self.epoch_data(epoch))
         if self.step is None:  # traced once: every epoch's batches have the same spec
