@@ -95,8 +95,12 @@ class TokenCrossentropy(keras.losses.Loss):
 
     Example:
 
-    >>> model.compile("adam", loss=kb.TokenCrossentropy())   # softmax tagger
-    >>> model.fit(x, tags, sample_weight=(x != 0))           # 0 at padding
+    >>> words = keras.Input((None,), dtype="int32")
+    >>> x = keras.layers.Embedding(100, 8, mask_zero=True)(words)
+    >>> model = keras.Model(words, keras.layers.Dense(3, activation="softmax")(x))
+    >>> model.compile("adam", loss=kb.TokenCrossentropy())   # a softmax tagger
+    >>> x = np.array([[5, 6, 7], [8, 0, 0]]); tags = np.array([[0, 1, 2], [1, 0, 0]])
+    >>> history = model.fit(x, tags, sample_weight=(x != 0), verbose=0)   # 0 at padding
     """
 
     def __init__(self, from_logits: bool = False, name: str = "token_crossentropy", dtype=None):
