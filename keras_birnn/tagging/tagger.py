@@ -49,6 +49,7 @@ from keras_birnn.losses import TokenCrossentropy
 from keras_birnn.tagging.batching import (DEFAULT_BATCH_SIZE, LENGTH_MULTIPLE, EncodedSentences, bucket_batches,
                                           drop_words, encode_sentences, pad_batch, pad_labels)
 from keras_birnn.tagging.builder import build_tagger
+from keras_birnn.tagging.decoding import Decoder, valid_positions
 from keras_birnn.tagging.encoder import OOV_ID, PAD_ID, TokenEncoder
 from keras_birnn.tagging.export import (INPUTS_KEY, check_tagger_model, claim_version, crf_head, export_tagger,
                                         feature_inputs)
@@ -78,11 +79,12 @@ class TaggedSentence(NamedTuple):
 
 
 class Untracked:
-    """Holds a model out of Keras's tracking (a plain object: Keras tracks
+    """Holds models out of Keras's tracking (a plain object: Keras tracks
     layers, variables, lists and dicts set on a layer, not this)."""
 
     def __init__(self):
         self.model: Optional[keras.Model] = None
+        self.decoder: Optional[keras.Model] = None
 
 
 def is_token_lists(x) -> bool:
@@ -385,6 +387,12 @@ class Tagger(StringTaskModel):
             self._scorers.model = keras.Model(self.network.input, outputs, name="scorer")
         return self._scorers.model
 
+    def _decoder(self) -> Decoder:
+        """The compiled tag ids and confidence (`keras_birnn.tagging.decoding`)."""
+        if self._scorers.decoder is None:
+            self._scorers.decoder = Decoder(self._scorer(), crf_head(self.network), name="decoder")
+        return self._scorers.decoder
+
     def decode(self, inputs, top_k: Optional[int] = None) -> dict:
         """Tag ids, confidence (and top-k paths) of a batch of model inputs.
 
@@ -398,26 +406,15 @@ class Tagger(StringTaskModel):
             `confidence` float32 `[B, T]` (0 at padding); with `top_k`,
             `paths` int32 `[B, k, T]` and `probabilities` `[B, k]`.
         """
-        words = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
-        valid = ops.not_equal(ops.convert_to_tensor(words), PAD_ID)
-        # The CRF's input is [emissions, mask]: flattened, the emissions come second.
-        outputs = keras.tree.flatten(self._scorer()(inputs, training=False))
         crf = crf_head(self.network)
-        if crf is not None:
-            ids, emissions = outputs[0], outputs[1]
-            probabilities = crf.marginals(emissions, mask=valid)
-        else:
-            probabilities = outputs[0]
-            ids = ops.argmax(probabilities, axis=-1)
-        ids = ops.where(valid, ops.cast(ids, "int32"), 0)
-        chosen = ops.take_along_axis(probabilities, ops.expand_dims(ids, -1), axis=-1)[..., 0]
-        found = {"tag_ids": ops.where(valid, ids, -1), "confidence": ops.where(valid, chosen, 0.0)}
-        if top_k is not None:
-            if crf is None:
-                raise ValueError("`top_k` needs a CRF head (the tagger's head is 'softmax').")
-            paths, log_p = crf.top_k(emissions, mask=valid, k=top_k, log_probabilities=True)
-            found.update(paths=paths, probabilities=ops.exp(log_p))
-        return {key: ops.convert_to_numpy(value) for key, value in found.items()}
+        if top_k is not None and crf is None:
+            raise ValueError("`top_k` needs a CRF head (the tagger's head is 'softmax').")
+        found = dict(self._decoder().predict_on_batch(inputs))
+        if top_k is not None:  # eager: k is the caller's
+            emissions = keras.tree.flatten(self._scorer()(inputs, training=False))[1]
+            paths, log_p = crf.top_k(emissions, mask=valid_positions(inputs), k=top_k, log_probabilities=True)
+            found.update(paths=ops.convert_to_numpy(paths), probabilities=ops.convert_to_numpy(ops.exp(log_p)))
+        return found
 
     def predict(self, x, batch_size: Optional[int] = None, verbose="auto", steps=None, callbacks=None, *,
                 top_k: Optional[int] = None):
@@ -445,7 +442,7 @@ class Tagger(StringTaskModel):
         encoded = self.encode(x)
         results: List[Optional[TaggedSentence]] = [None] * len(encoded.words)
         for group in bucket_batches(encoded.lengths, batch_size or DEFAULT_BATCH_SIZE):
-            found = self.decode(pad_batch(encoded, group, self.with_chars), top_k)
+            found = self.decode(pad_batch(encoded, group, self.with_chars, LENGTH_MULTIPLE), top_k)
             for row, i in enumerate(group):
                 results[i] = self._sentence(found, row, len(encoded.words[i]))
         return results

@@ -83,6 +83,21 @@ def test_predict_is_the_network_decoded_by_hand(tagger):
                                    atol=2e-5)
 
 
+def test_predict_is_compiled_and_its_padding_changes_nothing(tagger):
+    # Each sentence alone (padded to 8 tokens) against all in one batch (padded to the longest).
+    together = tagger.predict(QUERIES, batch_size=len(QUERIES))
+    alone = [tagger.predict([tokens])[0] for tokens in QUERIES]
+    for one, many in zip(alone, together):
+        assert one.tags == many.tags
+        np.testing.assert_allclose(one.confidence, many.confidence, atol=1e-6)
+    decoder = tagger._decoder()
+    assert decoder.predict_function is not None  # predict went through Keras's predict_on_batch
+    if keras.backend.backend() == "jax":  # jax.jit: run eagerly, JAX compiles each op for each batch shape
+        assert decoder.jit_compile is True
+    if keras.backend.backend() == "tensorflow":
+        assert hasattr(decoder.predict_function, "get_concrete_function")  # a tf.function
+
+
 def test_top_k_paths_are_the_brute_force_best(tagger):
     if tagger.head == "softmax":
         with pytest.raises(ValueError, match="CRF"):
