@@ -210,7 +210,8 @@ class SentenceClassifier(StringTaskModel):
         encoded = encode_sentences(self.encoder, tokenize(texts))
         out = np.zeros((len(texts), len(self.labels)), np.float32)
         for group in bucket_batches(encoded.lengths, batch_size or DEFAULT_BATCH_SIZE):
-            out[group] = ops.convert_to_numpy(self.network(pad_batch(encoded, group, False), training=False))
+            # Compiled (jax.jit, tf.function), for few shapes: run eagerly, JAX compiles each op per batch shape.
+            out[group] = self.network.predict_on_batch(pad_batch(encoded, group, False, LENGTH_MULTIPLE))
         return out
 
     def predict(self, x, batch_size: Optional[int] = None, verbose="auto", steps=None, callbacks=None):
