@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -267,14 +269,31 @@ class Run:
         model = keras.saving.load_model(best, safe_mode=True)
         report = per_type_report(s["best_scores"], self.dev, model)
         checkpoint.atomic_write(os.path.join(self.folder, "report.txt"), report.encode("utf-8"))
-        if self.settings["export"]["enabled"] and backend.IS_TENSORFLOW:
-            metrics["export"] = model.export(os.path.join(self.folder, "export"))
-            self.log(f"exported {metrics['export']}")
-        elif self.settings["export"]["enabled"]:
-            self.log(f"export needs the TensorFlow backend: run `keras-birnn export {self.folder} OUT` there")
+        if self.settings["export"]["enabled"]:
+            export = os.path.join(self.folder, "export")
+            metrics["export"] = (model.export(export) if backend.IS_TENSORFLOW
+                                 else export_with_tensorflow(self.folder, export, self.log))
+            if metrics["export"] is not None:
+                self.log(f"exported {metrics['export']}")
         checkpoint.atomic_json(os.path.join(self.folder, "metrics.json"), metrics)
         self.log(f"best dev score {100 * s['best_score']:.2f} at epoch {s['best_epoch']}: {best}")
         return metrics
+
+
+def export_with_tensorflow(folder: str, out: str, log: Callable[[str], None]) -> Optional[str]:
+    """Exports a run's best model from a child process on the TensorFlow
+    backend (`keras-birnn export`), so that a run on JAX or PyTorch ends
+    with the export a TensorFlow run writes. Returns the version folder, or
+    None after one line saying why (TensorFlow missing, the export failed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERAS_DISTRIBUTION_") and k != "TF_CONFIG"}
+    env["KERAS_BACKEND"] = "tensorflow"
+    done = subprocess.run([sys.executable, "-m", "keras_birnn.cli", "export", folder, out], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        log(f"no export ({why}); export the run with `keras-birnn export {folder} OUT` on TensorFlow")
+        return None
+    return done.stdout.strip().splitlines()[-1]
 
 
 def save_model(model, path: str, writes: bool = True) -> None:

@@ -61,3 +61,28 @@ def test_a_sentence_classifier_trains_from_a_config(tmp_path):
     assert best.evaluate([r[0] for r in rows], [r[1] for r in rows])["accuracy"] == metrics["dev"]["accuracy"]
     assert metrics["dev"]["accuracy"] > 0.9, metrics["dev"]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["best_epoch"] == metrics["best_epoch"]
+
+
+def test_every_backend_ends_with_the_export_tensorflow_writes(tmp_path):
+    # On JAX and PyTorch the run exports from a TensorFlow child process.
+    import tensorflow as tf
+
+    write_tagged(tmp_path / "train.conll", 40, 0)
+    write_tagged(tmp_path / "dev.conll", 12, 1)
+    sizes = [s for s in SIZES if not s.startswith("export.")]
+    settings = resolve(None, [f"data.train={tmp_path / 'train.conll'}", f"data.dev={tmp_path / 'dev.conll'}",
+                              "train.epochs=2", *sizes])
+    lines = []
+    metrics = train(settings, str(tmp_path / "run"), log=lines.append)
+    assert metrics["export"] == str(tmp_path / "run" / "export" / "1")
+    assert f"exported {metrics['export']}" in lines
+    best = keras.saving.load_model(tmp_path / "run" / "best.keras", safe_mode=True)
+    sentences = [b.splitlines() for b in (tmp_path / "dev.conll").read_text().split("\n\n") if b.strip()]
+    tokens = [[line.split("\t")[0] for line in s] for s in sentences]
+    width = max(map(len, tokens))
+    serve = tf.saved_model.load(metrics["export"]).signatures["serving_default"]
+    out = serve(inputs=tf.constant([t + [""] * (width - len(t)) for t in tokens]))
+    for row, predicted in enumerate(best.predict(tokens)):
+        n = len(predicted.tags)
+        assert [t.decode() for t in out["tags"].numpy()[row, :n]] == predicted.tags
+        np.testing.assert_allclose(out["confidence"].numpy()[row, :n], predicted.confidence, atol=1e-5)
