@@ -24,7 +24,6 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 
 import keras
 import numpy as np
-from keras import ops
 
 from keras_birnn import backend
 from keras_birnn.api_export import keras_birnn_export
