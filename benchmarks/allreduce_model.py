@@ -7,7 +7,10 @@ of an epoch (`epoch_batches`, seed 0, epoch 0), and prints:
 
 - the bytes a ring all-reduce of float32 gradients sends per process and
   step, 2 (P - 1) / P x 4 bytes x parameters, for P = 2 and P = 8 (Keras's
-  JAX `DataParallel` all-reduces dense gradients, the embeddings' too);
+  JAX `DataParallel` all-reduces dense gradients, the embeddings' too): one
+  all-reduce after the loops, as TensorFlow's workers make; JAX's SPMD
+  partitioner also all-reduces the recurrent weights' gradients at every
+  time step inside the loops (docs/scaling.md, "JAX's speed"), not counted;
 - that transfer's time at 10 and 100 Gb/s (bandwidth only, no latency);
 - the measured seconds per step on 2 CPU cores, 1 process: minutes /
   epochs / batches an epoch, from benchmarks/README.md, "The train
