@@ -10,7 +10,8 @@ of an epoch (`epoch_batches`, seed 0, epoch 0), and prints:
   JAX `DataParallel` all-reduces dense gradients, the embeddings' too): one
   all-reduce after the loops, as TensorFlow's workers make; JAX's SPMD
   partitioner also all-reduces the recurrent weights' gradients at every
-  time step inside the loops (docs/scaling.md, "JAX's speed"), not counted;
+  time step inside the loops, not counted here (docs/scaling.md, "The
+  trainer on several processes");
 - that transfer's time at 10 and 100 Gb/s (bandwidth only, no latency);
 - the measured seconds per step on 2 CPU cores, 1 process: minutes /
   epochs / batches an epoch, from benchmarks/README.md, "The train
