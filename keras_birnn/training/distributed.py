@@ -271,6 +271,12 @@ def alone() -> None:
         keras.distribution.set_distribution(None)
 
 
+def single_process_environment(environ: Dict[str, str]) -> Dict[str, str]:
+    """`environ` without the variables that make a process join a job
+    (`JAX_VARIABLES`, `TF_CONFIG`): for a child process that works alone."""
+    return {k: v for k, v in environ.items() if k not in JAX_VARIABLES and k != "TF_CONFIG"}
+
+
 def local_rows(batch: Any, processes: Processes) -> Any:
     """This process's rows of a global batch (nested arrays, rows first):
     the batch padded with zero rows to a multiple of the process count,

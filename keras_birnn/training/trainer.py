@@ -285,8 +285,7 @@ def export_with_tensorflow(folder: str, out: str, log: Callable[[str], None]) ->
     backend (`keras-birnn export`), so that a run on JAX or PyTorch ends
     with the export a TensorFlow run writes. Returns the version folder, or
     None after one line saying why (TensorFlow missing, the export failed)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KERAS_DISTRIBUTION_") and k != "TF_CONFIG"}
-    env["KERAS_BACKEND"] = "tensorflow"
+    env = dict(distributed.single_process_environment(os.environ), KERAS_BACKEND="tensorflow")
     done = subprocess.run([sys.executable, "-m", "keras_birnn.cli", "export", folder, out], env=env,
                           capture_output=True, text=True)
     if done.returncode != 0:

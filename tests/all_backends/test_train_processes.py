@@ -278,3 +278,9 @@ def test_tensorflow_errors_name_the_unhealthy_tasks(monkeypatch):
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["a:1", "b:1", "c:1"]}}))
     assert distributed.unhealthy_tasks(message.replace("/job:chief/replica:0/task:0\n", "")) == [1]
     assert distributed.unhealthy_tasks("Socket closed") == []
+
+
+def test_a_child_process_environment_joins_no_job():
+    job = {"KERAS_DISTRIBUTION_JOB_ADDRESSES": "127.0.0.1:1", "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+           "KERAS_DISTRIBUTION_PROCESS_ID": "1", "TF_CONFIG": "{}", "KERAS_BACKEND": "jax", "PATH": "/bin"}
+    assert distributed.single_process_environment(job) == {"KERAS_BACKEND": "jax", "PATH": "/bin"}
